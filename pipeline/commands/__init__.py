@@ -1,0 +1,1 @@
+"""Sub-commands of ``prism-pipeline``; each module exposes ``register(subparsers)``."""

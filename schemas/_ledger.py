@@ -1,0 +1,262 @@
+"""Rows of the ClickHouse ledger: the shapes the run-semantics core emits and ``sinks`` stores.
+
+Each dataclass is one storage table; field names are column names, in column order.
+Rows that can be updated later (runs, turns, per-minute cache aggregates, alerts) carry
+a ``version``: the storage table is a ReplacingMergeTree keyed on the stable id, and the
+row with the highest version wins. Equal versions carry equal content, so a replay that
+writes the same row again changes nothing.
+
+``None`` means absent (NULL in the ledger); 0 means a reported zero (CONTRACT.md rule 7).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+
+__all__ = [
+    "AlertRow",
+    "CacheMinuteRow",
+    "DeadLetterRow",
+    "LedgerBatch",
+    "QuarantineRow",
+    "RawEventRow",
+    "RunRow",
+    "TurnRow",
+    "UsageRow",
+]
+
+
+@dataclass(slots=True)
+class RunRow:
+    """One run's record (table ``runs_store``, key ``run_id``)."""
+
+    run_id: str
+    tenant_id: str | None
+    account_id: str | None
+    user_id: str | None
+    session_id: str | None
+    agent_id: str | None
+    agent_definition_revision: str | None
+    provider: str | None
+    model: str | None
+    parent_run_id: str | None
+    delegation_id: str | None
+    child_id: str | None
+    bundle_digest: str | None
+    status: str  # running|suspended|succeeded|failed|aborted|denied|incomplete
+    terminal_type: str | None
+    terminal_seq: int | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    last_event_at: datetime
+    stop_reason: str | None
+    stop_detail: str | None
+    finish_reason: str | None
+    error_code: str | None
+    error_message: str | None
+    failure_class: str | None
+    abort_reason: str | None
+    denied_reason: str | None
+    model_turns: int
+    deterministic_turns: int
+    tool_calls: int
+    cache_hit_rate: float | None
+    exhaustion_limit: str | None
+    exhaustion_maximum: float | None
+    exhaustion_observed: float | None
+    exhaustion_axis: str | None
+    exhaustion_closest: str | None  # JSON array of {axis, used, maximum}
+    missing_seqs: list[int]
+    usage_mismatch: bool
+    event_count: int
+    max_seq: int
+    closed: bool  # the closed record was emitted (prism.runs.closed)
+    timeline: str  # JSON: the run's timeline summary (as published on prism.runs.closed)
+    version: int
+
+
+@dataclass(slots=True)
+class TurnRow:
+    """One model or deterministic turn (table ``turns_store``, key ``(run_id, kind, turn, attempt)``)."""
+
+    run_id: str
+    kind: str  # model|deterministic
+    turn: int
+    attempt: int  # 0 for deterministic turns
+    tenant_id: str | None
+    provider: str | None
+    model: str | None
+    seq: int
+    ts: datetime
+    stop_reason: str | None
+    latency_ms: float | None
+    middleware: str | None
+    tools_count: int | None
+    tools_ids_hash: str | None
+    input_tokens: int | None
+    output_tokens: int | None
+    total_tokens: int | None
+    cache_read_tokens: int | None
+    cache_write_tokens: int | None
+    cache_hit_rate: float | None
+    usage_source: str | None  # reported|estimated|None
+    usage_confidence: str | None
+    input_cap: int | None
+    run_input_budget: int | None
+    run_input_used: int | None
+    max_turns: int | None
+    version: int
+
+
+@dataclass(slots=True)
+class UsageRow:
+    """One ``usage_recorded`` event (table ``usage_store``, key ``event_id``)."""
+
+    event_id: str
+    run_id: str
+    seq: int
+    tenant_id: str | None
+    account_id: str | None
+    provider: str | None
+    model: str | None
+    scope: str  # provider_turn|run_total
+    turn: int | None
+    attempt: int | None
+    entry_id: str | None
+    input_tokens: int | None
+    output_tokens: int | None
+    total_tokens: int | None
+    cache_read_tokens: int | None
+    cache_write_tokens: int | None
+    cost: Decimal | None
+    currency: str | None
+    estimated: bool
+    confidence: str | None
+    recorded_at: datetime
+
+
+@dataclass(slots=True)
+class RawEventRow:
+    """One accepted event of the raw log (table ``run_events_store``, key ``event_id``)."""
+
+    event_id: str
+    run_id: str
+    seq: int
+    type: str
+    ts: datetime
+    tenant_id: str | None
+    account_id: str | None
+    user_id: str | None
+    session_id: str | None
+    agent_id: str | None
+    provider: str | None
+    model: str | None
+    parent_run_id: str | None
+    bundle_digest: str | None
+    payload: str  # JSON of ``data``
+    traceparent: str | None
+    source: str  # topic name, or "file:<path>"
+    partition: int  # Kafka partition, -1 for a file
+    offset: int  # Kafka offset, or the file's line number
+    received_at: datetime
+
+
+@dataclass(slots=True)
+class CacheMinuteRow:
+    """Per-minute cache totals of one source partition (table ``cache_minute_store``).
+
+    Key ``(minute, tenant_id, provider, model, partition)``; ``version`` is the number of
+    turns counted so far, so a later row for the same key always has a higher version.
+    The ``cache_hits_1m`` view sums partitions and derives the token-weighted hit rate.
+    """
+
+    minute: datetime
+    tenant_id: str
+    provider: str
+    model: str
+    partition: int
+    turns: int
+    turns_reporting_cache: int
+    turns_not_reporting_cache: int
+    input_tokens: int  # over all turns that report input tokens
+    input_tokens_reporting_cache: int  # over turns that report both cache reads and input
+    cache_read_tokens: int
+    cache_write_tokens: int
+    version: int
+
+
+@dataclass(slots=True)
+class QuarantineRow:
+    """A valid event rejected by run semantics (table ``quarantine_store``, key ``event_id``)."""
+
+    event_id: str
+    run_id: str
+    seq: int
+    type: str
+    ts: datetime
+    tenant_id: str | None
+    reason: str  # post_terminal|conflicting_terminal
+    payload: str  # JSON of the whole envelope
+    source: str
+    partition: int
+    offset: int
+    received_at: datetime
+
+
+@dataclass(slots=True)
+class DeadLetterRow:
+    """A record that could not be parsed or violates the contract (table ``dead_letters_store``).
+
+    Key ``(source, partition, offset)``: a Kafka position, or a file and line number.
+    """
+
+    source: str
+    partition: int
+    offset: int
+    reason: str
+    raw: bytes
+    received_at: datetime
+
+
+@dataclass(slots=True)
+class AlertRow:
+    """An alert raised or resolved (table ``alerts_store``, key ``alert_id``).
+
+    ``alert_id`` is the idempotency key: rule, key and window start.
+    """
+
+    alert_id: str
+    rule: str  # run_limit_exhaustion|stale_run
+    state: str  # firing|resolved
+    tenant_id: str | None
+    key: str  # the limit axis, or the run id for stale runs
+    value: float
+    threshold: float
+    window_start: datetime
+    window_end: datetime
+    ts: datetime  # event time at which the state was reached
+    message: str
+    version: int
+
+
+@dataclass(slots=True)
+class LedgerBatch:
+    """All rows produced for one input batch; the writer inserts one INSERT per non-empty table."""
+
+    runs: list[RunRow] = field(default_factory=list)
+    turns: list[TurnRow] = field(default_factory=list)
+    usage: list[UsageRow] = field(default_factory=list)
+    events: list[RawEventRow] = field(default_factory=list)
+    cache_minutes: list[CacheMinuteRow] = field(default_factory=list)
+    quarantine: list[QuarantineRow] = field(default_factory=list)
+    dead_letters: list[DeadLetterRow] = field(default_factory=list)
+    alerts: list[AlertRow] = field(default_factory=list)
+
+    def extend(self, other: LedgerBatch) -> None:
+        for name in self.__dataclass_fields__:
+            getattr(self, name).extend(getattr(other, name))
+
+    def __len__(self) -> int:
+        return sum(len(getattr(self, name)) for name in self.__dataclass_fields__)
