@@ -215,6 +215,7 @@ class DeadLetterRow:
     source: str
     partition: int
     offset: int
+    code: str  # unparsable|contract_violation|oversized
     reason: str
     raw: bytes
     received_at: datetime

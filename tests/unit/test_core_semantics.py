@@ -1,0 +1,296 @@
+"""The run-semantics core against CONTRACT.md's rules, one rule per test, no services."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import orjson
+import pytest
+
+from pipeline.core import CoreConfig, Processor, RunState
+from tests.fixtures.runs import T0, RunBuilder, deliveries
+
+CFG = CoreConfig(grace_period_s=30, stale_after_s=3600, tombstone_retention_s=86400)
+NOW = 0.0  # processing time never advances in these tests: only event time counts
+
+
+def last_run_row(out, run_id="r1"):
+    rows = [r for r in out.ledger.runs if r.run_id == run_id]
+    assert rows, f"no run row for {run_id}"
+    return max(rows, key=lambda r: r.version)
+
+
+def test_simple_run_closes_once_with_its_record():
+    b = RunBuilder().started().turn(1, usage={"inputTokens": 100, "outputTokens": 5}).finished(
+        finishReason="stop")
+    proc = Processor(CFG, partition=0)
+    out = proc.process(deliveries(b.events), NOW)
+    row = last_run_row(out)
+    assert (row.status, row.terminal_type, row.model_turns, row.closed) == ("succeeded", "agent_finished", 1, True)
+    assert row.missing_seqs == [] and row.finish_reason == "stop"
+    assert len(out.closed) == 1 and orjson.loads(out.closed[0].value)["runId"] == "r1"
+    assert len(out.ledger.events) == 3
+    # A second delivery of the same batch (a crash before the commit) changes nothing.
+    again = proc.process(deliveries(b.events), NOW)
+    assert again.stats["duplicate"] == 3 and not again.ledger.events and not again.closed
+
+
+def test_restart_from_state_recognises_an_already_applied_batch():
+    b = RunBuilder().started().turn(1).turn(2)
+    first = Processor(CFG, partition=0)
+    out = first.process(deliveries(b.events), NOW)
+    restored = Processor(CFG, partition=0)
+    restored.load((k, v) for k, v in out.state_writes.items() if v is not None)
+    again = restored.process(deliveries(b.events), NOW)
+    assert again.stats["duplicate"] == 3 and again.stats["applied"] == 0
+    assert not again.ledger.events and not again.ledger.turns
+
+
+def test_same_seq_with_a_new_event_id_is_a_duplicate():
+    b = RunBuilder().started().turn(1)
+    dup = dict(b.events[1], eventId="other-id")
+    out = Processor(CFG).process(deliveries([*b.events, dup]), NOW)
+    assert out.stats["duplicate"] == 1 and out.stats["applied"] == 2
+
+
+def test_limit_death_out_of_order_carries_breach_and_attribution():
+    b = RunBuilder().started().turn(1).limit_death("maxInputTokens")
+    ev = b.events
+    shuffled = [ev[0], ev[4], ev[1], ev[3], ev[2]]  # error before the limit records
+    proc = Processor(CFG, partition=0)
+    out = proc.process(deliveries(shuffled[:3]), NOW)
+    assert not out.closed  # terminal seen, but seq 2 and 3 are missing: wait for them
+    out = proc.process(deliveries(shuffled[3:], start_offset=3), NOW)
+    row = last_run_row(out)
+    assert row.status == "failed" and row.closed and row.missing_seqs == []
+    assert (row.exhaustion_limit, row.exhaustion_maximum, row.exhaustion_observed) == ("maxInputTokens", 8.0, 9.0)
+    assert row.exhaustion_axis == "maxInputTokens"
+    assert orjson.loads(row.exhaustion_closest) == [{"axis": "maxInputTokens", "used": 9, "maximum": 8}]
+    assert [d.axis for d in out.limit_deaths] == ["maxInputTokens"]
+    timeline = orjson.loads(out.closed[0].value)
+    assert timeline["exhaustion"]["axis"] == "maxInputTokens" and timeline["status"] == "failed"
+
+
+def test_limit_record_without_terminal_is_not_a_closed_run():
+    b = RunBuilder().started().turn(1)
+    b.add("run_limit_exceeded", {"limit": "maxTurns", "maximum": 1, "observed": 2})
+    out = Processor(CFG).process(deliveries(b.events), NOW)
+    assert not out.closed and last_run_row(out).status == "running"
+
+
+def test_duplicate_terminal_changes_nothing():
+    b = RunBuilder().started().finished()
+    proc = Processor(CFG)
+    proc.process(deliveries(b.events), NOW)
+    out = proc.process(deliveries([b.events[1]]), NOW)
+    assert out.stats["duplicate"] == 1 and not out.closed and not out.ledger.quarantine
+
+
+def test_conflicting_terminal_is_quarantined():
+    b = RunBuilder().started().finished()
+    b.add("error", {"error": {"code": "x", "message": "m"}})
+    out = Processor(CFG).process(deliveries(b.events), NOW)
+    assert [q.reason for q in out.ledger.quarantine] == ["conflicting_terminal"]
+    assert last_run_row(out).status == "succeeded" and len(out.closed) == 1
+    assert dict(out.quarantined[0].headers)["reason"] == b"conflicting_terminal"
+
+
+def test_post_terminal_event_is_quarantined_and_changes_nothing():
+    b = RunBuilder().started().finished()
+    b.turn(5, usage={"inputTokens": 10})
+    out = Processor(CFG).process(deliveries(b.events), NOW)
+    assert [q.reason for q in out.ledger.quarantine] == ["post_terminal"]
+    row = last_run_row(out)
+    assert row.model_turns == 0 and not out.ledger.turns
+    assert all(e.seq < 2 for e in out.ledger.events)
+
+
+def test_gap_closes_after_grace_with_missing_seqs_then_late_fill_updates_record():
+    b = RunBuilder().started().turn(1).turn(2).finished()
+    events = [b.events[0], b.events[1], b.events[3]]  # seq 2 missing
+    proc = Processor(CFG, partition=0)
+    out = proc.process(deliveries(events), NOW)
+    assert not out.closed
+    later = RunBuilder("other", start=T0 + timedelta(seconds=60)).started()
+    out = proc.process(deliveries(later.events), NOW)  # watermark passes terminal + grace
+    row = last_run_row(out)
+    assert row.closed and row.missing_seqs == [2] and row.status == "succeeded"
+    assert len(out.closed) == 1
+    fill = proc.process(deliveries([b.events[2]]), NOW)  # the gap fills late: applied
+    row = last_run_row(fill)
+    assert row.missing_seqs == [] and row.model_turns == 2 and not fill.closed
+
+
+def test_processing_time_grace_closes_a_quiet_partition():
+    b = RunBuilder().started().turn(1).turn(2).finished()
+    proc = Processor(CFG)
+    proc.process(deliveries([b.events[0], b.events[3]]), now=1000.0)
+    assert not proc.tick(now=1010.0).closed
+    out = proc.tick(now=1031.0)
+    assert len(out.closed) == 1 and last_run_row(out).missing_seqs == [1, 2]
+
+
+def test_stale_run_is_marked_incomplete_on_event_time_and_alerted():
+    stale = RunBuilder("stale").started().turn(1)
+    fresh = RunBuilder("fresh", start=T0 + timedelta(hours=2)).started()
+    proc = Processor(CFG)
+    out = proc.process(deliveries(stale.events + fresh.events), NOW)
+    assert last_run_row(out, "stale").status == "incomplete"
+    assert last_run_row(out, "fresh").status == "running"
+    assert [(a.rule, a.state, a.key) for a in out.ledger.alerts] == [("stale_run", "firing", "stale")]
+    assert not out.closed  # no made-up terminal
+    # its terminal arrives after all: the run closes and the alert resolves
+    late = RunBuilder("stale").started().turn(1).finished()
+    out = proc.process(deliveries(late.events[2:]), NOW)
+    assert last_run_row(out, "stale").status == "succeeded"
+    assert [(a.rule, a.state) for a in out.ledger.alerts] == [("stale_run", "resolved")]
+
+
+def test_absent_cache_stays_null_and_zero_stays_zero():
+    b = RunBuilder().started()
+    b.turn(1, usage={"inputTokens": 100}, cache={"cacheReadTokens": 0})
+    b.turn(2, usage={"inputTokens": 100})
+    b.finished()
+    out = Processor(CFG).process(deliveries(b.events), NOW)
+    turns = {t.turn: t for t in out.ledger.turns}
+    assert turns[1].cache_read_tokens == 0 and turns[1].cache_hit_rate == 0.0
+    assert turns[2].cache_read_tokens is None and turns[2].cache_hit_rate is None
+    assert last_run_row(out).cache_hit_rate == 0.0
+
+
+def test_run_cache_hit_rate_is_input_token_weighted_and_absent_without_reports():
+    b = RunBuilder().started()
+    b.turn(1, usage={"inputTokens": 100}, cache={"cacheReadTokens": 90})
+    b.turn(2, usage={"inputTokens": 900}, cache={"cacheReadTokens": 0})
+    b.turn(3, usage={"inputTokens": 5000})  # reports no cache: not in the weighting
+    b.finished()
+    out = Processor(CFG).process(deliveries(b.events), NOW)
+    assert last_run_row(out).cache_hit_rate == pytest.approx(90 / 1000)
+    none = RunBuilder("r2").started().turn(1, usage={"inputTokens": 10}).finished()
+    out = Processor(CFG).process(deliveries(none.events), NOW)
+    assert last_run_row(out, "r2").cache_hit_rate is None
+
+
+def test_reported_usage_wins_over_an_estimate_for_the_same_turn():
+    b = RunBuilder().started()
+    b.turn(1, usage={"inputTokens": 90, "outputTokens": 9, "estimated": True, "confidence": "low"})
+    b.usage(turn=1, attempt=1, inputTokens=120, outputTokens=12, cost="0.01", currency="USD")
+    b.finished()
+    out = Processor(CFG).process(deliveries(b.events), NOW)
+    t = [t for t in out.ledger.turns if t.turn == 1][-1]
+    assert (t.input_tokens, t.usage_source, t.usage_confidence) == (120, "reported", None)
+    # ...and an estimate arriving after the report does not replace it
+    b2 = RunBuilder("r2").started()
+    b2.usage(turn=1, attempt=1, inputTokens=120, outputTokens=12)
+    b2.turn(1, usage={"inputTokens": 90, "estimated": True, "confidence": "medium"}).finished()
+    out = Processor(CFG).process(deliveries(b2.events), NOW)
+    t = [t for t in out.ledger.turns if t.turn == 1][-1]
+    assert (t.input_tokens, t.usage_source) == (120, "reported")
+
+
+def test_run_total_mismatch_is_flagged_and_usage_rows_keep_scope():
+    ok = RunBuilder("ok").started().turn(1).turn(2)
+    ok.usage(turn=1, attempt=1, inputTokens=10, outputTokens=1)
+    ok.usage(turn=2, attempt=1, inputTokens=20, outputTokens=2)
+    ok.usage("run_total", inputTokens=30, outputTokens=3).finished()
+    bad = RunBuilder("bad").started().turn(1)
+    bad.usage(turn=1, attempt=1, inputTokens=10).usage("run_total", inputTokens=11).finished()
+    out = Processor(CFG).process(deliveries(ok.events + bad.events), NOW)
+    assert last_run_row(out, "ok").usage_mismatch is False
+    assert last_run_row(out, "bad").usage_mismatch is True
+    assert sorted(u.scope for u in out.ledger.usage if u.run_id == "ok") == [
+        "provider_turn", "provider_turn", "run_total"]
+
+
+def test_deterministic_turns_never_count_as_model_turns():
+    b = RunBuilder().started().turn(1)
+    b.add("deterministic_turn_finished", {"turn": 2, "middleware": "cache.replay"}).finished()
+    out = Processor(CFG).process(deliveries(b.events), NOW)
+    row = last_run_row(out)
+    assert (row.model_turns, row.deterministic_turns) == (1, 1)
+    det = [t for t in out.ledger.turns if t.kind == "deterministic"]
+    assert det[0].middleware == "cache.replay" and det[0].input_tokens is None
+
+
+@pytest.mark.parametrize(
+    ("terminal", "expected"),
+    [
+        ({"type": "agent_finished", "data": {"stopReason": "turn_limit"}}, "succeeded"),
+        ({"type": "agent_denied", "data": {"reason": "policy"}}, "denied"),
+        ({"type": "error", "data": {"error": {"code": "c", "message": "m"}}}, "failed"),
+        ({"type": "error", "data": {"error": {"code": "c", "message": "m"}, "aborted": True,
+                                    "abortReason": "user"}}, "aborted"),
+    ],
+)
+def test_terminal_type_decides_status(terminal, expected):
+    b = RunBuilder().started().add(terminal["type"], terminal["data"])
+    out = Processor(CFG).process(deliveries(b.events), NOW)
+    assert last_run_row(out).status == expected
+
+
+def test_suspended_run_and_resume():
+    b = RunBuilder().started().add("run_suspended", {"reason": "approval"})
+    proc = Processor(CFG)
+    assert last_run_row(proc.process(deliveries(b.events), NOW)).status == "suspended"
+    b.add("run_resumed", {})
+    assert last_run_row(proc.process(deliveries(b.events[2:], start_offset=2), NOW)).status == "running"
+
+
+def test_unknown_type_is_kept_in_the_raw_log_but_changes_no_state():
+    b = RunBuilder().started().add("memory_compacted", {"bytes": 12}).finished()
+    out = Processor(CFG).process(deliveries(b.events), NOW)
+    assert [e.type for e in out.ledger.events] == ["agent_started", "memory_compacted", "agent_finished"]
+    assert last_run_row(out).status == "succeeded"
+
+
+def test_cache_minute_rows_are_full_totals_not_deltas():
+    b = RunBuilder().started()
+    b.turn(1, usage={"inputTokens": 100}, cache={"cacheReadTokens": 40, "cacheWriteTokens": 5})
+    proc = Processor(CFG, partition=3)
+    first = proc.process(deliveries(b.events), NOW).ledger.cache_minutes
+    b.turn(2, usage={"inputTokens": 300})
+    second = proc.process(deliveries(b.events[2:], start_offset=2), NOW).ledger.cache_minutes
+    assert len(first) == len(second) == 1
+    row = second[0]
+    assert (row.turns, row.turns_reporting_cache, row.turns_not_reporting_cache) == (2, 1, 1)
+    assert (row.input_tokens, row.input_tokens_reporting_cache, row.cache_read_tokens) == (400, 100, 40)
+    assert row.partition == 3 and row.version == 2 > first[0].version
+
+
+def test_children_link_and_narrowing_appear_on_the_timeline():
+    parent = RunBuilder("p").started()
+    parent.add("child_milestone", {"delegationId": "d1", "childId": "c1", "childRunId": "child"})
+    parent.add("child_failed", {"delegationId": "d1", "childId": "c1", "childRunId": "child",
+                                "error": {"code": "x", "message": "m"},
+                                "breach": {"limit": "maxTurns", "maximum": 2, "observed": 3}})
+    parent.add("tool_narrowing_clamped", {"turn": 1, "dropped": ["web.search"]}).finished()
+    child = RunBuilder("child", parent={"runId": "p", "delegationId": "d1", "childId": "c1"})
+    child.started().finished()
+    out = Processor(CFG).process(deliveries(parent.events + child.events), NOW)
+    tl = {orjson.loads(r.value)["runId"]: orjson.loads(r.value) for r in out.closed}
+    assert tl["p"]["children"][0]["failed"]["breach"]["limit"] == "maxTurns"
+    assert tl["p"]["toolNarrowing"] == [{"turn": 1, "dropped": ["web.search"]}]
+    assert last_run_row(out, "child").parent_run_id == "p"
+
+
+def test_closed_runs_shrink_to_tombstones_and_expire_after_retention():
+    cfg = CoreConfig(grace_period_s=30, stale_after_s=3600, tombstone_retention_s=600)
+    b = RunBuilder().started().turn(1).finished()
+    proc = Processor(cfg)
+    proc.process(deliveries(b.events), NOW)
+    assert proc.runs["r1"].tombstone and proc.runs["r1"].facts == {}
+    # still catches a duplicate and a post-terminal event
+    b.turn(2)
+    out = proc.process(deliveries([b.events[1], b.events[3]]), NOW)
+    assert out.stats["duplicate"] == 1 and [q.reason for q in out.ledger.quarantine] == ["post_terminal"]
+    later = RunBuilder("later", start=T0 + timedelta(minutes=20)).started()
+    out = proc.process(deliveries(later.events), NOW)
+    assert "r1" not in proc.runs and out.state_writes["r\x1fr1"] is None
+
+
+def test_state_round_trips_through_bytes():
+    b = RunBuilder().started().turn(1, usage={"inputTokens": 5})
+    proc = Processor(CFG)
+    proc.process(deliveries(b.events), NOW)
+    st = proc.runs["r1"]
+    assert RunState.from_bytes(st.to_bytes()) == st
