@@ -191,7 +191,7 @@ class LocalKafka:
             cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
             fmt = subprocess.run(
                 [*base, "kafka.tools.StorageTool", "format", "--standalone",
-                 "-t", cluster_id, "-c", str(props)],
+                 f"--cluster-id={cluster_id}", f"--config={props}"],
                 capture_output=True, text=True, check=False,
             )
             if fmt.returncode != 0:

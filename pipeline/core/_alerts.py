@@ -28,8 +28,7 @@ RULE_STALE = "stale_run"
 
 @dataclass(slots=True)
 class _Key:
-    deaths: list[int] = field(default_factory=list)  # sorted event times (us)
-    runs: set[str] = field(default_factory=set)  # run ids counted (idempotence)
+    deaths: list[tuple[int, str]] = field(default_factory=list)  # sorted (event time us, run id)
     firing: dict[str, Any] | None = None  # {id, start_us, version}
 
 
@@ -46,11 +45,10 @@ class ExhaustionAlerter:
         rows: list[AlertRow] = []
         for death in sorted(deaths, key=lambda d: (d.ts, d.run_id)):
             k = self.keys.setdefault((death.tenant_id, death.axis), _Key())
-            if death.run_id in k.runs:
-                continue
-            k.runs.add(death.run_id)
             ts = to_us(death.ts)
-            bisect.insort(k.deaths, ts)
+            if ts <= self.watermark_us - self.window_us or any(r == death.run_id for _, r in k.deaths):
+                continue  # already counted, or too old to count
+            bisect.insort(k.deaths, (ts, death.run_id))
             self.watermark_us = max(self.watermark_us, ts)
             count = self._count(k, ts)
             if k.firing is None and count >= self.threshold:
@@ -70,7 +68,7 @@ class ExhaustionAlerter:
                 k.firing["version"] += 1
                 rows.append(self._row(key, k, "resolved", wm, count))
                 k.firing = None
-            cut = bisect.bisect_right(k.deaths, wm - self.window_us)
+            cut = bisect.bisect_right(k.deaths, (wm - self.window_us, "\uffff"))
             if cut:
                 del k.deaths[:cut]
         for key in [key for key, k in self.keys.items() if not k.deaths and k.firing is None]:
@@ -78,9 +76,24 @@ class ExhaustionAlerter:
         return rows
 
     def _count(self, k: _Key, at_us: int) -> int:
-        lo = bisect.bisect_right(k.deaths, at_us - self.window_us)
-        hi = bisect.bisect_right(k.deaths, at_us)
+        lo = bisect.bisect_right(k.deaths, (at_us - self.window_us, "\uffff"))
+        hi = bisect.bisect_right(k.deaths, (at_us, "\uffff"))
         return hi - lo
+
+    def to_bytes(self) -> bytes:
+        return orjson.dumps({
+            "w": self.window_us, "t": self.threshold, "wm": self.watermark_us,
+            "k": [[list(key), k.deaths, k.firing] for key, k in self.keys.items()],
+        })
+
+    @classmethod
+    def from_bytes(cls, raw: bytes) -> ExhaustionAlerter:
+        d = orjson.loads(raw)
+        alerter = cls(d["w"] / 1_000_000, d["t"])
+        alerter.watermark_us = d["wm"]
+        for key, deaths, firing in d["k"]:
+            alerter.keys[(key[0], key[1])] = _Key([(ts, run) for ts, run in deaths], firing)
+        return alerter
 
     def _row(self, key: tuple[str, str], k: _Key, state: str, at_us: int, count: int) -> AlertRow:
         assert k.firing is not None
@@ -147,3 +160,4 @@ def alert_record(row: AlertRow) -> OutRecord:
         "version": row.version,
     }
     return OutRecord(key=row.alert_id.encode(), value=orjson.dumps(value))
+

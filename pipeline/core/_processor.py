@@ -57,6 +57,15 @@ class Processor:
     def meta_key(self) -> str:
         return f"{_META_PREFIX}{self.partition}"
 
+    def run_key(self, run_id: str) -> str:
+        """State key of a run; it names the partition so a shared table can be split again."""
+        return f"{_RUN_PREFIX}{self.partition}\x1f{run_id}"
+
+    def owns_key(self, key: str) -> bool:
+        """Whether a state key belongs to this partition's processor."""
+        kind, _, rest = key.partition("\x1f")
+        return rest.split("\x1f", 1)[0] == str(self.partition) and kind in ("r", "m", "c")
+
     def load(self, items: Iterable[tuple[str, bytes]]) -> None:
         """Restore state written earlier by ``Output.state_writes`` (e.g. from a changelog)."""
         for key, value in items:
@@ -290,9 +299,9 @@ class Processor:
         writes = out.state_writes
         writes.update(self.cache.take_state_writes())
         for run_id in self._dirty:
-            writes[_RUN_PREFIX + run_id] = self.runs[run_id].to_bytes()
+            writes[self.run_key(run_id)] = self.runs[run_id].to_bytes()
         for run_id in self._dropped:
-            writes[_RUN_PREFIX + run_id] = None
+            writes[self.run_key(run_id)] = None
         writes[self.meta_key] = orjson.dumps({"wm": self.watermark_us})
         self._dirty.clear()
         self._dropped.clear()

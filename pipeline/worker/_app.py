@@ -1,0 +1,310 @@
+"""The faust-streaming worker: Kafka batches -> the core -> ClickHouse, then output topics.
+
+Per batch (``stream.take_events``): parse the raw values in one call, send bad records to
+the DLQ, run each source partition's events through that partition's ``Processor``,
+insert the rows into the ledger and wait for ClickHouse's acknowledgement, produce the
+quarantine / runs-closed / alert / DLQ records and wait for the broker, then write each
+touched run's state once to the ``run-state`` table under that partition's event
+context. Only after all of that does the batch's body return, so faust acknowledges (and
+later commits) those offsets only once the ledger holds their rows.
+
+Limit deaths go through the single-partition ``<prefix>.limit-deaths`` topic so one
+alerter sees every tenant's deaths; each batch also sends its partition watermark there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import weakref
+from collections import Counter, defaultdict
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import faust
+import orjson
+from faust.streams import _current_event
+
+from schemas import AlertRow, ContractViolation, LedgerBatch, parse_batch
+
+from ..core import CoreConfig, Delivery, ExhaustionAlerter, LimitDeath, OutRecord, Output, Processor
+from ..core import alert_record
+from ..ingest import dead_letter_row
+from ..settings import Settings
+from ._faust import make_app
+
+__all__ = ["AlertSink", "PipelineWorker", "core_config"]
+
+log = logging.getLogger("prism.worker")
+
+AlertSink = Callable[[list[AlertRow]], Awaitable[None]]
+_ALERTER_KEY = b"alerter"
+
+
+def core_config(settings: Settings) -> CoreConfig:
+    return CoreConfig(
+        grace_period_s=settings.grace_period_seconds,
+        stale_after_s=settings.stale_run_seconds,
+        tombstone_retention_s=settings.tombstone_retention_seconds,
+        alert_window_s=settings.alert_window_seconds,
+        alert_threshold=settings.alert_limit_deaths_threshold,
+    )
+
+
+class PipelineWorker:
+    """The faust app with its agents, plus the ledger writer it feeds.
+
+    ``writer`` is a ``sinks.LedgerWriter`` (``add``/``flush``); ``alert_sinks`` receive the
+    alerts raised (e.g. the webhook notifier).
+    """
+
+    def __init__(self, settings: Settings, writer: Any, *, alert_sinks: Sequence[AlertSink] = (),
+                 clock: Callable[[], float] = time.time) -> None:
+        self.settings = settings
+        self.config = core_config(settings)
+        self.writer = writer
+        self.alert_sinks = list(alert_sinks)
+        self.clock = clock
+        self.topics = settings.topics
+        self.app: faust.App = make_app(settings)
+        raw = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw", "value_serializer": "raw"}
+        self.input = self.app.topic(self.topics.input, partitions=settings.partitions, **raw)
+        self.deaths = self.app.topic(f"{settings.topic_prefix}.limit-deaths", partitions=1, **raw)
+        self.outputs = {
+            name: self.app.topic(topic, partitions=settings.partitions, **raw)
+            for name, topic in (("dlq", self.topics.dlq), ("quarantine", self.topics.quarantine),
+                                ("closed", self.topics.runs_closed), ("alerts", self.topics.alerts))
+        }
+        table = {"default": None, "schema": faust.Schema(key_type=bytes, value_type=bytes,
+                                                         key_serializer="raw", value_serializer="raw")}
+        self.state = self.app.Table("run-state", partitions=settings.partitions, **table)
+        self.alert_state = self.app.Table("alert-state", partitions=1, **table)
+        self.processors: dict[int, Processor] = {}
+        self.last_event: dict[int, Any] = {}
+        self.alerter: ExhaustionAlerter | None = None
+        self.stats: Counter[str] = Counter()
+        self._ledger_lock = asyncio.Lock()
+        self._last_log = 0.0
+        self.app.agent(self.input, name="prism-events")(self._events_agent)
+        self.app.agent(self.deaths, name="prism-limit-deaths")(self._deaths_agent)
+        self.app.timer(interval=max(1.0, settings.batch_max_seconds))(self._tick)
+        self.app.on_partitions_revoked.connect(self._on_revoked)
+        self.app.task(self._declare_outputs)
+
+    # -- agents -------------------------------------------------------------------------
+    async def _events_agent(self, stream: faust.StreamT) -> None:
+        s = self.settings
+        async for events in stream.take_events(s.batch_max_events, s.batch_max_seconds):
+            await self.handle_batch(events)
+
+    async def handle_batch(self, events: Sequence[Any]) -> None:
+        now = self.clock()
+        received = datetime.fromtimestamp(now, tz=UTC)
+        by_partition: dict[int, list[Any]] = defaultdict(list)
+        for ev in events:
+            by_partition[ev.message.partition].append(ev)
+        outputs: list[tuple[int, Output, Any]] = []
+        dlq: list[OutRecord] = []
+        for partition, evs in sorted(by_partition.items()):
+            self.last_event[partition] = evs[-1]
+            proc = self._processor(partition)
+            out = Output()
+            deliveries = []
+            values = [e.message.value for e in evs]
+            parsed = parse_batch(values, max_bytes=self.settings.max_event_bytes)
+            for ev, item in zip(evs, parsed, strict=True):
+                msg = ev.message
+                if isinstance(item, ContractViolation):
+                    out.ledger.dead_letters.append(
+                        dead_letter_row(msg.value or b"", item, msg.topic, partition, msg.offset, received))
+                    dlq.append(_dlq_record(msg, item))
+                    out.stats[f"dlq.{item.code}"] += 1
+                else:
+                    deliveries.append(Delivery(item, msg.topic, partition, msg.offset, received,
+                                               _header(msg.headers, "traceparent")))
+            out.extend(proc.process(deliveries, now))
+            rng = _source_range(self.topics.input, partition, evs[0].message.offset, evs[-1].message.offset)
+            outputs.append((partition, out, rng))
+        await self._commit_outputs(outputs, dlq)
+
+    async def _commit_outputs(self, outputs: list[tuple[int, Output, Any]], dlq: list[OutRecord]) -> None:
+        """Ledger first (and wait), then topics (and wait), then state: the order offsets rely on."""
+        await self._write_ledger([(out.ledger, rng) for _, out, rng in outputs])
+        futures = [self._send("dlq", r) for r in dlq]
+        for partition, out, _ in outputs:
+            futures += [self._send("quarantine", r) for r in out.quarantined]
+            futures += [self._send("closed", r) for r in out.closed]
+            futures += [self._send("alerts", r) for r in out.alerts]
+            for death in out.limit_deaths:
+                futures.append(self._send_death(death))
+            futures.append(self._send_watermark(partition, self.processors[partition].watermark_us))
+            self.stats.update(out.stats)
+        await asyncio.gather(*[await f for f in futures])
+        for partition, out, _ in outputs:
+            self._write_state(partition, out.state_writes)
+            if out.ledger.alerts:
+                await self._notify(out.ledger.alerts)
+        self._log_summary()
+
+    async def _write_ledger(self, parts: list[tuple[LedgerBatch, Any]]) -> None:
+        """Insert and wait for the acknowledgement; while ClickHouse fails, retry and hold offsets."""
+        from sinks import LedgerWriteError
+
+        parts = [(b, r) for b, r in parts if len(b)]
+        if not parts:
+            return
+        async with self._ledger_lock:
+            for batch, rng in parts:
+                self.writer.add(batch, rng)
+            delay = 0.5
+            while True:
+                try:
+                    await asyncio.to_thread(self.writer.flush)
+                    return
+                except LedgerWriteError as exc:
+                    self.stats["ledger_write_failures"] += 1
+                    log.warning("ledger write failed, offsets held, retrying in %.1fs: %s", delay, exc)
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 30.0)
+
+    # -- the alerter --------------------------------------------------------------------
+    async def _deaths_agent(self, stream: faust.StreamT) -> None:
+        async for events in stream.take_events(1000, 0.5):
+            alerter = self._alerter()
+            deaths, wm = [], 0
+            for ev in events:
+                d = orjson.loads(ev.message.value)
+                if "wm" in d:
+                    wm = max(wm, d["wm"])
+                else:
+                    deaths.append(LimitDeath(d["tenantId"], d["axis"], d["runId"],
+                                             datetime.fromisoformat(d["ts"])))
+            rows = alerter.observe(deaths) + alerter.advance(wm)
+            if rows:
+                batch = LedgerBatch(alerts=rows)
+                await self._write_ledger([(batch, _source_range(self.deaths.get_topic_name(), 0,
+                                                                events[0].message.offset,
+                                                                events[-1].message.offset))])
+                await asyncio.gather(*[await self._send("alerts", alert_record(r)) for r in rows])
+                await self._notify(rows)
+            token = _current_event.set(weakref.ref(events[-1]))
+            try:
+                self.alert_state[_ALERTER_KEY] = alerter.to_bytes()
+            finally:
+                _current_event.reset(token)
+
+    def _alerter(self) -> ExhaustionAlerter:
+        if self.alerter is None:
+            raw = self.alert_state.get(_ALERTER_KEY)
+            self.alerter = (ExhaustionAlerter.from_bytes(raw) if raw else
+                            ExhaustionAlerter(self.config.alert_window_s, self.config.alert_threshold))
+        return self.alerter
+
+    async def _notify(self, rows: list[AlertRow]) -> None:
+        for sink in self.alert_sinks:
+            try:
+                await sink(rows)
+            except Exception:  # a notifier must never stop the stream
+                log.exception("alert sink %r failed", sink)
+
+    # -- partitions and state -----------------------------------------------------------
+    def _processor(self, partition: int) -> Processor:
+        proc = self.processors.get(partition)
+        if proc is None:
+            proc = Processor(self.config, partition)
+            proc.load((k.decode(), v) for k, v in self.state.items()
+                      if v is not None and proc.owns_key(k.decode()))
+            self.processors[partition] = proc
+            log.info("partition %d: restored %d runs", partition, len(proc.runs))
+        return proc
+
+    def _write_state(self, partition: int, writes: dict[str, bytes | None]) -> None:
+        token = _current_event.set(weakref.ref(self.last_event[partition]))
+        try:
+            for key, value in writes.items():
+                if value is None:
+                    self.state.pop(key.encode(), None)
+                else:
+                    self.state[key.encode()] = value
+        finally:
+            _current_event.reset(token)
+
+    async def _on_revoked(self, app: Any, revoked: set[Any], **_: Any) -> None:
+        for tp in revoked:
+            if tp.topic == self.topics.input:
+                self.processors.pop(tp.partition, None)
+                self.last_event.pop(tp.partition, None)
+
+    async def _tick(self) -> None:
+        """Grace periods in processing time for partitions that went quiet."""
+        now = self.clock()
+        outputs = []
+        for partition, proc in list(self.processors.items()):
+            if partition not in self.last_event:
+                continue
+            out = proc.tick(now)
+            if out.closed or out.ledger.runs or out.ledger.alerts:
+                offset = self.last_event[partition].message.offset
+                outputs.append((partition, out, _source_range("tick:" + self.topics.input, partition,
+                                                              offset, offset)))
+        if outputs:
+            await self._commit_outputs(outputs, [])
+
+    # -- producing ----------------------------------------------------------------------
+    async def _declare_outputs(self) -> None:
+        for topic in self.outputs.values():
+            await topic.maybe_declare()
+
+    async def _send(self, name: str, rec: OutRecord) -> Awaitable[Any]:
+        return await self.app.producer.send(self.outputs[name].get_topic_name(), rec.key, rec.value,
+                                            None, None, list(rec.headers) or None)
+
+    async def _send_death(self, death: LimitDeath) -> Awaitable[Any]:
+        value = orjson.dumps({"tenantId": death.tenant_id, "axis": death.axis, "runId": death.run_id,
+                              "ts": death.ts.isoformat()})
+        return await self.app.producer.send(self.deaths.get_topic_name(),
+                                            f"{death.tenant_id}|{death.axis}".encode(), value, 0, None, None)
+
+    async def _send_watermark(self, partition: int, wm_us: int) -> Awaitable[Any]:
+        return await self.app.producer.send(self.deaths.get_topic_name(), b"wm",
+                                            orjson.dumps({"wm": wm_us, "p": partition}), 0, None, None)
+
+    def _log_summary(self) -> None:
+        now = time.monotonic()
+        if now - self._last_log >= 30:
+            self._last_log = now
+            bad = {k: v for k, v in self.stats.items() if k.startswith(("dlq.", "quarantine."))}
+            log.info("applied=%d duplicates=%d closed=%d rejected=%s", self.stats["applied"],
+                     self.stats["duplicate"], self.stats["closed"], bad or "none")
+
+
+def _header(headers: Any, name: str) -> str | None:
+    if not headers:
+        return None
+    items = headers.items() if isinstance(headers, dict) else headers
+    for k, v in items:
+        if k == name:
+            return v.decode() if isinstance(v, bytes) else str(v)
+    return None
+
+
+def _dlq_record(msg: Any, violation: ContractViolation) -> OutRecord:
+    return OutRecord(
+        key=msg.key or b"",
+        value=msg.value or b"",
+        headers=(
+            ("reason", violation.reason.encode()),
+            ("reason-code", violation.code.encode()),
+            ("source-topic", msg.topic.encode()),
+            ("source-partition", str(msg.partition).encode()),
+            ("source-offset", str(msg.offset).encode()),
+        ),
+    )
+
+
+def _source_range(source: str, partition: int, first: int, last: int) -> Any:
+    from sinks import SourceRange
+
+    return SourceRange(source, partition, first, last)
