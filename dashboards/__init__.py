@@ -1,0 +1,101 @@
+"""Grafana dashboards and alert rules as code (grafana-foundation-sdk 11.6), tested offline.
+
+Four dashboards (SRE overview, cost and usage, cache efficiency, run explorer) query the
+ledger views through the ``grafana-clickhouse-datasource`` plugin, each with a
+``datasource`` variable and a ``tenant`` filter. ``build_all`` writes the dashboard JSON and
+the provisioning files docker-compose mounts into Grafana; ``expand_query`` replays what
+Grafana and the plugin do to a query, so tests can run every panel on a chDB ledger.
+
+Example::
+
+    from dashboards import build_all
+    build_all()                     # dashboards/json + dashboards/provisioning
+"""
+
+from dashboards._alerts import (
+    ALERT_FOLDER,
+    ALERT_GROUP,
+    CONTACT_POINT,
+    DATASOURCE_UID,
+    WEBHOOK_URL_ENV,
+    AlertThresholds,
+    alert_rules,
+    alerting_files,
+)
+from dashboards._cache import cache_efficiency
+from dashboards._clickhouse_query import (
+    PLUGIN_ID,
+    ClickHouseQuery,
+    ClickHouseQueryBuilder,
+    QueryFormat,
+    register_clickhouse_variant,
+)
+from dashboards._cost import cost_and_usage
+from dashboards._errors import DashboardError, LintError, MacroError
+from dashboards._explorer import run_explorer
+from dashboards._lint import lint_alerting, lint_dashboard, lint_expanded_sql
+from dashboards._macros import (
+    ALERT_MACROS,
+    ALL,
+    TimeRange,
+    Variable,
+    apply_conditional_all,
+    expand_alert_query,
+    expand_backend_macros,
+    expand_query,
+    replace_variables,
+)
+from dashboards._provisioning import (
+    DASHBOARD_PATH,
+    DASHBOARDS,
+    build_all,
+    dashboard_from_json,
+    dashboard_json,
+    datasource_file,
+    default_out_dir,
+    provider_file,
+)
+from dashboards._sre import sre_overview
+
+__all__ = [
+    "ALERT_FOLDER",
+    "ALERT_GROUP",
+    "ALERT_MACROS",
+    "ALL",
+    "CONTACT_POINT",
+    "DASHBOARDS",
+    "DASHBOARD_PATH",
+    "DATASOURCE_UID",
+    "PLUGIN_ID",
+    "WEBHOOK_URL_ENV",
+    "AlertThresholds",
+    "ClickHouseQuery",
+    "ClickHouseQueryBuilder",
+    "DashboardError",
+    "LintError",
+    "MacroError",
+    "QueryFormat",
+    "TimeRange",
+    "Variable",
+    "alert_rules",
+    "alerting_files",
+    "apply_conditional_all",
+    "build_all",
+    "cache_efficiency",
+    "cost_and_usage",
+    "dashboard_from_json",
+    "dashboard_json",
+    "datasource_file",
+    "default_out_dir",
+    "expand_alert_query",
+    "expand_backend_macros",
+    "expand_query",
+    "lint_alerting",
+    "lint_dashboard",
+    "lint_expanded_sql",
+    "provider_file",
+    "register_clickhouse_variant",
+    "replace_variables",
+    "run_explorer",
+    "sre_overview",
+]

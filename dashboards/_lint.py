@@ -1,0 +1,235 @@
+"""Offline checks of the generated Grafana files (no Grafana server needed).
+
+Each ``lint_*`` function returns a list of problems (empty when clean), one line each,
+naming the dashboard/panel/rule and the offending value.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from dashboards._clickhouse_query import DATASOURCE_VARIABLE_REF, PLUGIN_ID
+from dashboards._errors import MacroError
+from dashboards._macros import TimeRange, Variable, expand_alert_query, expand_query
+
+__all__ = ["lint_alerting", "lint_dashboard", "lint_expanded_sql"]
+
+_VAR_RE = re.compile(r"\$(\w+)|\$\{(\w+)[^}]*\}|\[\[(\w+)")
+_DURATION_RE = re.compile(r"^(\d+[smhdw])+$")
+_EXPR_UID = "__expr__"
+# Any fixed range will do: alert SQL is expanded only to see that nothing is left over.
+_PROBE = TimeRange(datetime(2024, 1, 1, tzinfo=UTC), datetime(2024, 1, 1, 1, tzinfo=UTC))
+
+
+def _walk_datasources(node: Any, path: str = "") -> Iterator[tuple[str, Any]]:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "datasource":
+                yield f"{path}.{key}", value
+            yield from _walk_datasources(value, f"{path}.{key}")
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from _walk_datasources(value, f"{path}[{i}]")
+
+
+def _is_var_ref(ref: Any) -> bool:
+    return isinstance(ref, dict) and ref.get("uid") == DATASOURCE_VARIABLE_REF
+
+
+def lint_dashboard(dash: Mapping[str, Any]) -> list[str]:
+    """Rules every dashboard JSON must follow; see the module docstring of ``dashboards``."""
+    name = dash.get("uid") or dash.get("title") or "<dashboard>"
+    problems: list[str] = []
+    variables = {v.get("name"): v for v in dash.get("templating", {}).get("list", [])}
+
+    ds_var = variables.get("datasource")
+    if not ds_var or ds_var.get("type") != "datasource" or ds_var.get("query") != PLUGIN_ID:
+        problems.append(
+            f"{name}: needs a 'datasource' variable of type datasource for {PLUGIN_ID}, "
+            f"got {ds_var!r}"
+        )
+    tenant = variables.get("tenant")
+    if not tenant or tenant.get("type") != "query":
+        problems.append(f"{name}: needs a 'tenant' query variable, got {tenant!r}")
+    elif not (tenant.get("includeAll") and tenant.get("multi")):
+        problems.append(f"{name}: the 'tenant' variable must be multi-select with All")
+    for var_name, var in variables.items():
+        if var.get("type") != "query":
+            continue
+        if var.get("refresh") != 2:
+            problems.append(
+                f"{name}: query variable {var_name!r} has refresh={var.get('refresh')!r}; "
+                "use 2 (on time range change)"
+            )
+        if not _is_var_ref(var.get("datasource")):
+            problems.append(
+                f"{name}: query variable {var_name!r} uses datasource {var.get('datasource')!r}"
+                f"; use {{uid: {DATASOURCE_VARIABLE_REF!r}}}"
+            )
+
+    for path, ref in _walk_datasources(dash):
+        uid = ref.get("uid") if isinstance(ref, dict) else ref
+        if uid != DATASOURCE_VARIABLE_REF:
+            problems.append(
+                f"{name}: {path} is {ref!r}; reference the datasource as "
+                f"{DATASOURCE_VARIABLE_REF!r}, never a fixed uid"
+            )
+
+    probe_vars = [Variable(str(n), ["x"] if v.get("multi") else "x") for n, v in variables.items()]
+    for var_name, var in variables.items():
+        if var.get("type") == "query":
+            problems += _lint_sql(f"{name}/variable {var_name}", var.get("query") or "", probe_vars)
+
+    ids = Counter(p.get("id") for p in dash.get("panels", []))
+    problems += [f"{name}: panel id {i!r} is used {n} times" for i, n in ids.items() if n > 1]
+    for panel in dash.get("panels", []):
+        if panel.get("type") == "row":
+            continue
+        title = f"{name}/{panel.get('title', panel.get('id'))!s}"
+        problems += _lint_panel(title, panel, variables)
+        for target in panel.get("targets") or []:
+            sql = target.get("rawSql") or ""
+            problems += _lint_sql(f"{title}/{target.get('refId')}", sql, probe_vars)
+    return problems
+
+
+def _lint_sql(where: str, sql: str, probe_vars: list[Variable]) -> list[str]:
+    """Expand with every variable set: macro misuse and leftovers show without a database."""
+    try:
+        return lint_expanded_sql(where, expand_query(sql, _PROBE, probe_vars))
+    except MacroError as exc:
+        return [f"{where}: {exc}"]
+
+
+def _lint_panel(title: str, panel: Mapping[str, Any], variables: Mapping[str, Any]) -> list[str]:
+    problems = []
+    if panel.get("id") is None:
+        problems.append(f"{title}: panel has no id")
+    if not (panel.get("description") or "").strip():
+        problems.append(f"{title}: panel has no description")
+    unit = panel.get("fieldConfig", {}).get("defaults", {}).get("unit")
+    if not unit:
+        problems.append(f"{title}: panel has no unit (fieldConfig.defaults.unit)")
+    ref = panel.get("datasource")
+    if not (isinstance(ref, dict) and _is_var_ref(ref) and ref.get("type") == PLUGIN_ID):
+        problems.append(f"{title}: panel datasource is {ref!r}, not the $datasource variable")
+    targets = panel.get("targets") or []
+    if not targets:
+        problems.append(f"{title}: panel has no query")
+    refs = Counter(t.get("refId") for t in targets)
+    problems += [f"{title}: refId {r!r} is used {n} times" for r, n in refs.items() if n > 1]
+    for target in targets:
+        where = f"{title}/{target.get('refId')}"
+        if not _is_var_ref(target.get("datasource")):
+            problems.append(f"{where}: target datasource is {target.get('datasource')!r}")
+        if target.get("editorType") != "sql" or not (target.get("rawSql") or "").strip():
+            problems.append(f"{where}: needs editorType 'sql' and a rawSql")
+        if target.get("format") not in (0, 1, 2, 3, 4):
+            problems.append(f"{where}: format {target.get('format')!r} is not the plugin's")
+        if panel.get("type") == "timeseries" and target.get("format") != 0:
+            problems.append(f"{where}: a time-series panel needs format 0 (time series)")
+        for match in _VAR_RE.finditer(target.get("rawSql") or ""):
+            var = match.group(1) or match.group(2) or match.group(3)
+            if var.startswith("__") or var in variables:
+                continue
+            problems.append(f"{where}: rawSql uses ${var}, which is not a dashboard variable")
+    return problems
+
+
+def lint_expanded_sql(where: str, sql: str) -> list[str]:
+    """An expanded query must carry no macro or variable Grafana would leave behind."""
+    problems = []
+    if "$__" in sql:
+        problems.append(f"{where}: '$__' left after expansion: {sql[sql.index('$__') :][:60]!r}")
+    left = [m.group(0) for m in _VAR_RE.finditer(sql) if not m.group(0).startswith("$__")]
+    if left:
+        problems.append(f"{where}: template variables left after expansion: {left}")
+    return problems
+
+
+def lint_alerting(files: Mapping[str, Mapping[str, Any]], datasource_uids: set[str]) -> list[str]:
+    """Alert-rule, contact-point and policy files: refIds, datasources, macros, receivers."""
+    problems: list[str] = []
+    rules_uids: Counter[str] = Counter()
+    receivers = {
+        cp.get("name") for content in files.values() for cp in content.get("contactPoints", [])
+    }
+    for fname, content in files.items():
+        if content.get("apiVersion") != 1:
+            problems.append(f"{fname}: apiVersion must be 1, got {content.get('apiVersion')!r}")
+        for group in content.get("groups", []):
+            for key in ("orgId", "name", "folder", "interval", "rules"):
+                if key not in group:
+                    problems.append(f"{fname}: group {group.get('name')!r} has no {key!r}")
+            for rule in group.get("rules", []):
+                rules_uids[rule.get("uid")] += 1
+                problems += _lint_rule(f"{fname}/{rule.get('uid')}", rule, datasource_uids)
+        for cp in content.get("contactPoints", []):
+            for receiver in cp.get("receivers", []):
+                url = receiver.get("settings", {}).get("url", "")
+                if receiver.get("type") == "webhook" and not str(url).startswith("$"):
+                    problems.append(
+                        f"{fname}: webhook {cp.get('name')!r} has a literal url {url!r}; take "
+                        "it from an environment variable ($NAME)"
+                    )
+        for policy in content.get("policies", []):
+            if policy.get("receiver") not in receivers:
+                problems.append(
+                    f"{fname}: policy receiver {policy.get('receiver')!r} is not a contact "
+                    f"point ({sorted(r for r in receivers if r)})"
+                )
+    problems += [f"rule uid {u!r} is used {n} times" for u, n in rules_uids.items() if n > 1]
+    return problems
+
+
+def _lint_rule(where: str, rule: Mapping[str, Any], datasource_uids: set[str]) -> list[str]:
+    problems = []
+    for key in ("uid", "title", "condition", "data", "noDataState", "execErrState", "for"):
+        if key not in rule:
+            problems.append(f"{where}: no {key!r}")
+    data = rule.get("data", [])
+    ref_ids = [q.get("refId") for q in data]
+    if len(set(ref_ids)) != len(ref_ids):
+        problems.append(f"{where}: duplicate refIds {ref_ids}")
+    if rule.get("condition") not in ref_ids:
+        problems.append(f"{where}: condition {rule.get('condition')!r} is not a refId {ref_ids}")
+    if rule.get("noDataState") not in ("OK", "NoData", "Alerting", "KeepLast"):
+        problems.append(f"{where}: noDataState {rule.get('noDataState')!r}")
+    if rule.get("execErrState") not in ("OK", "Error", "Alerting", "KeepLast"):
+        problems.append(f"{where}: execErrState {rule.get('execErrState')!r}")
+    if not _DURATION_RE.match(str(rule.get("for", ""))):
+        problems.append(f"{where}: 'for' {rule.get('for')!r} is not a duration like 5m")
+    for key, value in (rule.get("labels") or {}).items():
+        if "$" in f"{key}{value}":
+            problems.append(f"{where}: label {key}={value!r} would be env-interpolated ('$')")
+    for q in data:
+        at = f"{where}/{q.get('refId')}"
+        for key in ("refId", "relativeTimeRange", "datasourceUid", "model"):
+            if key not in q:
+                problems.append(f"{at}: no {key!r}")
+        model = q.get("model") or {}
+        if model.get("refId") != q.get("refId"):
+            problems.append(f"{at}: model refId {model.get('refId')!r} differs")
+        uid = q.get("datasourceUid")
+        if uid == _EXPR_UID:
+            for ref in re.findall(r"\$?\{?([A-Z][A-Za-z0-9_]*)\}?", model.get("expression", "")):
+                if ref not in ref_ids:
+                    problems.append(f"{at}: expression refers to {ref!r}, not a refId {ref_ids}")
+            continue
+        if uid not in datasource_uids:
+            problems.append(
+                f"{at}: datasourceUid {uid!r} is not provisioned {sorted(datasource_uids)}"
+            )
+        if (model.get("datasource") or {}).get("uid") != uid:
+            problems.append(f"{at}: model datasource {model.get('datasource')!r} != {uid!r}")
+        try:
+            expanded = expand_alert_query(model.get("rawSql", ""), _PROBE)
+        except MacroError as exc:
+            problems.append(f"{at}: {exc}")
+            continue
+        problems += lint_expanded_sql(at, expanded)
+    return problems

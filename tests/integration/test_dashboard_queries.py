@@ -1,0 +1,220 @@
+"""Every dashboard, variable and alert query, expanded as Grafana would, runs on a real ledger.
+
+The ledger is a chDB database filled the way production fills it: the fleet simulator's
+records (with duplicates, reordering, junk and post-terminal noise) replayed through
+``pipeline.ingest`` into ``sinks.LedgerWriter``. Panel figures are checked against the
+simulator's ground-truth manifest.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from dashboards import (
+    ALL,
+    DASHBOARDS,
+    TimeRange,
+    Variable,
+    alert_rules,
+    cache_efficiency,
+    cost_and_usage,
+    dashboard_json,
+    expand_alert_query,
+    expand_query,
+    lint_expanded_sql,
+    run_explorer,
+    sre_overview,
+)
+from pipeline.ingest import ingest_lines
+from runtime.simulator import Fleet, FleetConfig, simulate
+from sinks import LedgerWriter, migrate
+
+pytestmark = pytest.mark.integration
+
+FLEET = FleetConfig(
+    runs=300,
+    seed=11,
+    duplicates=0.02,
+    reorder_window=3,
+    post_terminal=0.05,
+    conflicting_terminals=0.03,
+    malformed=0.03,
+    oversized=0.01,
+)
+
+
+@dataclass
+class Ledger:
+    client: Any
+    database: str
+    fleet: Fleet
+    time_range: TimeRange
+    run_id: str  # a run with tool calls and a delegated child that died on a limit
+    run_tenant: str
+
+    def rows(self, sql: str) -> list[tuple[Any, ...]]:
+        return list(self.client.query(sql).result_rows)
+
+
+@pytest.fixture(scope="module")
+def ledger(ch_client: Any) -> Iterator[Ledger]:
+    database = f"t_dash_{uuid.uuid4().hex[:10]}"
+    ch_client.command(f"CREATE DATABASE {database}")
+    try:
+        # The simulated fleet lives at a fixed event time; keep its raw events well inside
+        # their retention whatever the machine's date.
+        migrate(ch_client, database, raw_event_ttl_days=3650)
+        fleet = simulate(FLEET)
+        start = FLEET.resolved_start
+        ingest_lines(
+            (record.value for record in fleet.records),
+            source="file:fleet.jsonl",
+            sink=LedgerWriter(ch_client, database),
+            received_at=start + timedelta(hours=3, minutes=15),
+            max_event_bytes=FLEET.max_event_bytes,
+        )
+        found = ch_client.query(
+            f"""
+            SELECT p.run_id, p.tenant_id
+            FROM {database}.runs AS p INNER JOIN {database}.runs AS c ON c.parent_run_id = p.run_id
+            WHERE c.exhaustion_limit IS NOT NULL AND p.tool_calls > 0
+            ORDER BY p.run_id LIMIT 1
+            """
+        ).result_rows
+        assert found, "the simulated fleet has no parent run whose child died on a limit"
+        yield Ledger(
+            client=ch_client,
+            database=database,
+            fleet=fleet,
+            time_range=TimeRange(
+                start - timedelta(minutes=30), start + timedelta(hours=4), timedelta(minutes=5)
+            ),
+            run_id=found[0][0],
+            run_tenant=found[0][1],
+        )
+    finally:
+        ch_client.command(f"DROP DATABASE IF EXISTS {database} SYNC")
+
+
+def _variables(ledger: Ledger, dash: dict[str, Any], tenant: str) -> list[Variable]:
+    """The variables as Grafana would hold them: tenant options come from the tenant query."""
+    tenant_sql = next(v for v in dash["templating"]["list"] if v["name"] == "tenant")["query"]
+    options = [r[0] for r in ledger.rows(expand_query(tenant_sql, ledger.time_range, []))]
+    value = [ALL] if tenant == ALL else [tenant]
+    return [
+        Variable("tenant", value, options=options),
+        Variable("run_id", ledger.run_id),
+        Variable("datasource", "prism-clickhouse"),
+    ]
+
+
+def _queries(dash: dict[str, Any]) -> Iterator[tuple[str, str]]:
+    for var in dash["templating"]["list"]:
+        if var["type"] == "query":
+            yield f"{dash['uid']}/variable {var['name']}", var["query"]
+    for panel in dash["panels"]:
+        for target in panel.get("targets", []):
+            yield f"{dash['uid']}/{panel['title']}/{target['refId']}", target["rawSql"]
+
+
+@pytest.mark.parametrize("tenant", [ALL, "run's tenant"])
+@pytest.mark.parametrize("build", DASHBOARDS, ids=[b.__name__ for b in DASHBOARDS])
+def test_every_query_of_every_dashboard_returns_rows(
+    ledger: Ledger, build: Any, tenant: str
+) -> None:
+    dash = dashboard_json(build(ledger.database))
+    selected = ledger.run_tenant if tenant != ALL else ALL
+    variables = _variables(ledger, dash, selected)
+    empty, problems = [], []
+    for where, sql in _queries(dash):
+        expanded = expand_query(sql, ledger.time_range, variables)
+        problems += lint_expanded_sql(where, expanded)
+        if not ledger.rows(expanded):
+            empty.append(where)
+    assert not problems
+    assert not empty, f"queries returning no rows with tenant={selected}: {empty}"
+
+
+def test_alert_queries_return_rows(ledger: Ledger) -> None:
+    values = {}
+    for rule in alert_rules(database=ledger.database):
+        model = rule.data[0].model
+        rows = ledger.rows(expand_alert_query(model.raw_sql, ledger.time_range))  # type: ignore[union-attr]
+        assert rows, f"alert {rule.title!r} returned no rows"
+        values[rule.uid] = rows
+    manifest = ledger.fleet.manifest
+    incomplete = sum(1 for r in manifest["runs"].values() if r["status"] == "incomplete")
+    assert values["prism-stale-runs"] == [(incomplete,)]
+    assert values["prism-dead-letter-growth"] == [(sum(manifest["dlq"].values()),)]
+    died_on = {r["exhaustion"]["axis"] for r in manifest["runs"].values() if r["exhaustion"]}
+    assert {axis for axis, _ in values["prism-limit-exhaustion-rate"]} == died_on
+
+
+def _value(ledger: Ledger, dash: dict[str, Any], title: str, tenant: str) -> Any:
+    panel = next(p for p in dash["panels"] if p.get("title") == title)
+    sql = expand_query(
+        panel["targets"][0]["rawSql"], ledger.time_range, _variables(ledger, dash, tenant)
+    )
+    return ledger.rows(sql)
+
+
+def test_sre_figures_match_the_ground_truth(ledger: Ledger) -> None:
+    manifest = ledger.fleet.manifest
+    dash = dashboard_json(sre_overview(ledger.database))
+    incomplete = sum(1 for r in manifest["runs"].values() if r["status"] == "incomplete")
+    assert _value(ledger, dash, "Dead letters (range)", ALL) == [(sum(manifest["dlq"].values()),)]
+    assert _value(ledger, dash, "Quarantined events (range)", ALL) == [
+        (sum(manifest["quarantine"].values()),)
+    ]
+    assert _value(ledger, dash, "Stale (incomplete) runs", ALL) == [(incomplete,)]
+    tenant_options = _variables(ledger, dash, ALL)[0].options
+    assert sorted(tenant_options) == sorted(manifest["tenants"])
+
+
+def test_billing_figures_match_the_ground_truth_per_tenant(ledger: Ledger) -> None:
+    dash = dashboard_json(cost_and_usage(ledger.database))
+    for tenant, truth in ledger.fleet.manifest["tenants"].items():
+        billable = truth["billable"]["total_tokens"]
+        estimated = truth["estimated"]["total_tokens"]
+        assert _value(ledger, dash, "Billable tokens", tenant) == [(billable,)], tenant
+        [(share,)] = _value(ledger, dash, "Estimated share of provider-turn tokens", tenant)
+        assert share == pytest.approx(estimated / (billable + estimated)), tenant
+
+
+def test_cache_hit_rate_is_token_weighted_over_turns_reporting_cache(ledger: Ledger) -> None:
+    dash = dashboard_json(cache_efficiency(ledger.database))
+    for tenant in ledger.fleet.manifest["tenants"]:
+        [(expected,)] = ledger.rows(
+            f"""
+            SELECT sum(cache_read_tokens) / sum(input_tokens)
+            FROM {ledger.database}.turns
+            WHERE kind = 'model' AND tenant_id = '{tenant}'
+              AND cache_read_tokens IS NOT NULL AND input_tokens IS NOT NULL
+            """
+        )
+        [(hit_rate,)] = _value(ledger, dash, "Cache hit rate", tenant)
+        assert hit_rate == pytest.approx(expected), tenant
+
+
+def test_run_explorer_follows_the_selected_run(ledger: Ledger) -> None:
+    dash = dashboard_json(run_explorer(ledger.database))
+    [(event_count,)] = ledger.rows(
+        f"SELECT event_count FROM {ledger.database}.runs WHERE run_id = '{ledger.run_id}'"
+    )
+    timeline = _value(ledger, dash, "Timeline", ALL)
+    assert [row[0] for row in timeline] == sorted(row[0] for row in timeline)
+    assert len(timeline) == event_count
+    children = [
+        run_id
+        for run_id, r in ledger.fleet.manifest["runs"].items()
+        if r["parent_run_id"] == ledger.run_id
+    ]
+    assert sorted(r[0] for r in _value(ledger, dash, "Delegated children", ALL)) == sorted(children)
+    exhaustion = _value(ledger, dash, "Limit exhaustion (run and children)", ALL)
+    assert {r[0] for r in exhaustion} <= {ledger.run_id, *children} and exhaustion
