@@ -75,7 +75,7 @@ class Settings(BaseSettings):
     clickhouse_dsn: str = "chdb://./.data/ledger"
     clickhouse_database: str = "prism"
     clickhouse_cluster: str | None = None
-    raw_event_ttl_days: int = Field(default=90, ge=1, le=36500)
+    raw_event_ttl_days: int = Field(default=90, ge=1, le=10000)
 
     # Batching and run semantics
     batch_max_events: int = Field(default=5000, ge=1, le=1_000_000)

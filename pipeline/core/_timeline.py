@@ -50,7 +50,12 @@ class RunView:
     limit: dict[str, Any] | None = None
     exhausted: dict[str, Any] | None = None
     turn_seq: dict[tuple[str, int, int], int] = field(default_factory=dict)
+    # usage shown on a turn: the turn event's own usage or a usage_recorded row
     turn_usage: dict[tuple[int, int], tuple[int, int, dict[str, Any]]] = field(
+        default_factory=dict
+    )
+    # the ledger's provider_turn usage rows only (billing and the run_total check)
+    row_usage: dict[tuple[int, int], tuple[int, int, dict[str, Any]]] = field(
         default_factory=dict
     )
     run_total: dict[str, Any] | None = None
@@ -65,7 +70,8 @@ class RunView:
         return self.cache_read / self.cache_input
 
     def effective_usage(self) -> dict[tuple[int, int], dict[str, Any]]:
-        return {k: v[2] for k, v in self.turn_usage.items()}
+        """The run's provider_turn usage rows, one per (turn, attempt): reported wins."""
+        return {k: v[2] for k, v in self.row_usage.items()}
 
     @property
     def usage_mismatch(self) -> bool:
@@ -97,10 +103,12 @@ def view_of(run: RunState) -> RunView:
                 view.cache_input += inp
                 view.cache_turns += 1
             if "usage" in d:
-                _offer_usage(view, (turn, attempt), seq, d["usage"])
+                _offer_usage(view.turn_usage, (turn, attempt), seq, d["usage"])
         elif t == "usage_recorded":
             if d["scope"] == "provider_turn":
-                _offer_usage(view, (d["turn"], d["attempt"]), seq, d["usage"])
+                key = (d["turn"], d["attempt"])
+                _offer_usage(view.turn_usage, key, seq, d["usage"])
+                _offer_usage(view.row_usage, key, seq, d["usage"])
             else:
                 view.run_total = d["usage"]
         elif t == "deterministic_turn_finished":
@@ -153,12 +161,13 @@ def view_of(run: RunState) -> RunView:
     return view
 
 
-def _offer_usage(view: RunView, key: tuple[int, int], seq: int, usage: dict[str, Any]) -> None:
+def _offer_usage(best_by_key: dict[tuple[int, int], tuple[int, int, dict[str, Any]]],
+                 key: tuple[int, int], seq: int, usage: dict[str, Any]) -> None:
     """Reported usage wins over an estimate for the same turn; then the later seq wins."""
     cand = (_usage_priority(usage), seq, usage)
-    best = view.turn_usage.get(key)
+    best = best_by_key.get(key)
     if best is None or cand[:2] > best[:2]:
-        view.turn_usage[key] = cand
+        best_by_key[key] = cand
 
 
 def run_row(run: RunState, view: RunView, *, timeline: bool) -> RunRow:

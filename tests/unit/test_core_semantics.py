@@ -285,7 +285,7 @@ def test_closed_runs_shrink_to_tombstones_and_expire_after_retention():
     assert out.stats["duplicate"] == 1 and [q.reason for q in out.ledger.quarantine] == ["post_terminal"]
     later = RunBuilder("later", start=T0 + timedelta(minutes=20)).started()
     out = proc.process(deliveries(later.events), NOW)
-    assert "r1" not in proc.runs and out.state_writes["r\x1fr1"] is None
+    assert "r1" not in proc.runs and out.state_writes[proc.run_key("r1")] is None
 
 
 def test_state_round_trips_through_bytes():
@@ -294,3 +294,15 @@ def test_state_round_trips_through_bytes():
     proc.process(deliveries(b.events), NOW)
     st = proc.runs["r1"]
     assert RunState.from_bytes(st.to_bytes()) == st
+
+
+def test_mismatch_compares_run_total_with_usage_rows_not_inline_turn_usage():
+    # the provider_turn usage row of turn 2 was lost: the turn's own usage must not hide it
+    b = RunBuilder().started()
+    b.turn(1, usage={"inputTokens": 10}).usage(turn=1, attempt=1, inputTokens=10)
+    b.turn(2, usage={"inputTokens": 20})
+    b.usage("run_total", inputTokens=30).finished()
+    out = Processor(CFG).process(deliveries(b.events), NOW)
+    assert last_run_row(out).usage_mismatch is True
+    turn2 = [t for t in out.ledger.turns if t.turn == 2][-1]
+    assert turn2.input_tokens == 20 and turn2.usage_source == "reported"

@@ -1,0 +1,143 @@
+"""Run ``prism-pipeline worker`` in a subprocess and wait until it has drained its topic.
+
+The demo, the integration tests, the benchmark and the fault-injection suite all need a
+real worker in its own process (chDB allows one engine path per process, and a SIGKILL
+must hit a real process). Progress is read from Kafka itself: the consumer group's
+committed offsets against the topic's end offsets.
+
+Example::
+
+    with WorkerProcess(env={"PRISM_TOPIC_PREFIX": "demo", ...}) as w:
+        w.wait_drained("demo.agent-events", "prism-pipeline", timeout=120)
+    # the worker got SIGTERM and exited: its chDB ledger can be opened now
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from types import TracebackType
+
+__all__ = ["WorkerProcess", "committed_lag"]
+
+
+async def _lag(bootstrap: str, group: str, topic: str) -> tuple[int, int]:
+    """(records not yet committed by ``group``, end offset total) over ``topic``'s partitions."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    await admin.start()
+    await consumer.start()
+    try:
+        parts = consumer.partitions_for_topic(topic)
+        if not parts:
+            await consumer.topics()  # refresh metadata once
+            parts = consumer.partitions_for_topic(topic) or set()
+        tps = [TopicPartition(topic, p) for p in sorted(parts)]
+        if not tps:
+            return 0, 0
+        ends = await consumer.end_offsets(tps)
+        committed = await admin.list_consumer_group_offsets(group, partitions=tps)
+        lag = 0
+        for tp in tps:
+            meta = committed.get(tp)
+            done = meta.offset if meta is not None and meta.offset >= 0 else 0
+            lag += max(0, ends[tp] - done)
+        return lag, sum(ends.values())
+    finally:
+        await consumer.stop()
+        await admin.close()
+
+
+def committed_lag(bootstrap: str, group: str, topic: str) -> tuple[int, int]:
+    """Synchronous ``(lag, end offsets total)`` of a consumer group on a topic."""
+    return asyncio.run(_lag(bootstrap, group, topic))
+
+
+class WorkerProcess:
+    """A ``prism-pipeline worker`` subprocess with its log in ``log_path``."""
+
+    def __init__(self, env: Mapping[str, str], *, log_path: Path | None = None,
+                 args: tuple[str, ...] = ()) -> None:
+        self.env = {**os.environ, **env}
+        self.log_path = log_path or Path(self.env.get("PRISM_STATE_DIR", ".")) / "worker.log"
+        self.args = args
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> WorkerProcess:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "ab")  # noqa: SIM115  (owned by the child)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "pipeline.cli", "worker", *self.args],
+            env=self.env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        )
+        log.close()
+        return self
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def wait_drained(self, topic: str, group: str, *, timeout: float = 180.0,
+                     settle: float = 2.0, min_records: int = 1) -> float:
+        """Wait until ``group`` committed every record of ``topic``; return seconds waited."""
+        bootstrap = self.env.get("PRISM_KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")
+        start = time.monotonic()
+        drained_since: float | None = None
+        while time.monotonic() - start < timeout:
+            if not self.running:
+                raise RuntimeError(f"the worker exited with {self.proc and self.proc.returncode}; "
+                                   f"see {self.log_path}:\n{self.tail_log()}")
+            try:
+                lag, total = committed_lag(bootstrap, group, topic)
+            except Exception:  # the group may not exist yet
+                lag, total = 1, 0
+            if lag == 0 and total >= min_records:
+                drained_since = drained_since or time.monotonic()
+                if time.monotonic() - drained_since >= settle:
+                    return time.monotonic() - start
+            else:
+                drained_since = None
+            time.sleep(0.5)
+        raise TimeoutError(f"the worker did not drain {topic} within {timeout:.0f}s "
+                           f"(lag {lag}); see {self.log_path}:\n{self.tail_log()}")
+
+    def stop(self, timeout: float = 60.0) -> int:
+        """SIGTERM (flush, commit, exit); SIGKILL if it does not exit in time."""
+        if self.proc is None:
+            return 0
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+    def kill(self) -> None:
+        """SIGKILL: no flush, no commit (fault injection)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def tail_log(self, n: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return "(no log)"
+
+    def __enter__(self) -> WorkerProcess:
+        return self.start()
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
