@@ -101,7 +101,7 @@ def datasource_file(database: str = DEFAULT_DATABASE) -> dict[str, Any]:
                     "port": 9000,
                     "protocol": "native",
                     "secure": False,
-                    "username": "default",
+                    "username": "$CLICKHOUSE_USER",
                     "defaultDatabase": database,
                 },
                 "secureJsonData": {"password": "$CLICKHOUSE_PASSWORD"},

@@ -1,0 +1,413 @@
+"""docker-compose.yml and the Dockerfile agree with the code: settings, ports, Grafana files.
+
+No Docker engine runs here, so the stack is checked the way Compose reads it: the YAML with
+its ``${VAR:-default}`` interpolation, then every value compared with what the code
+(``pipeline.settings``, ``sinks.parse_dsn``, the CLI, the generated Grafana provisioning)
+would do with it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import re
+import shlex
+import tomllib
+from collections.abc import Mapping
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from packaging.specifiers import SpecifierSet
+
+from pipeline.settings import Settings, Topics, load_settings
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPOSE = ROOT / "docker-compose.yml"
+DOCKERFILE = ROOT / "Dockerfile"
+PROVISIONING = ROOT / "dashboards" / "provisioning"
+
+PREFIX: str = Settings.model_config["env_prefix"]
+FIELDS = {f"{PREFIX}{name.upper()}": name for name in Settings.model_fields}
+PIPELINE_SERVICES = ("migrate", "worker", "simulator")
+# The ClickHouse server image's own ports (not pipeline settings).
+CLICKHOUSE_PORTS = {"http": 8123, "native": 9000}
+
+# A user who overrides every credential in .env must still get a consistent stack.
+OVERRIDES = {
+    "CLICKHOUSE_USER": "ledger",
+    "CLICKHOUSE_PASSWORD": "s3cret",
+    "PRISM_ALERT_WEBHOOK_URL": "https://hooks.example/prism",
+}
+
+_BRACED = re.compile(r"^(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:?[-?+])(?P<arg>.*))?$", re.S)
+_REFERENCE = re.compile(r"\$(?:(?P<esc>\$)|\{(?P<braced>[^}]*)\}|(?P<name>[A-Za-z_][A-Za-z0-9_]*))")
+
+
+def _interpolate(text: str, env: Mapping[str, str]) -> str:
+    """Expand Compose's ``$NAME``, ``${NAME}``, ``${NAME:-x}``, ``${NAME-x}``, ``${NAME:?x}``."""
+
+    def expand(m: re.Match[str]) -> str:
+        if m.group("esc"):
+            return "$"
+        if m.group("name"):
+            return env.get(m.group("name"), "")
+        parts = _BRACED.match(m.group("braced"))
+        assert parts, f"unsupported interpolation {m.group(0)!r} in docker-compose.yml"
+        name, op, arg = parts.group("name", "op", "arg")
+        value = env.get(name)
+        present = bool(value) if op and op.startswith(":") else value is not None
+        if op in (":-", "-"):
+            return value if present and value is not None else arg
+        if op in (":?", "?"):
+            assert present, f"docker-compose.yml requires {name}: {arg}"
+        assert op in (None, ":?", "?"), f"unsupported operator in {m.group(0)!r}"
+        return value or ""
+
+    return _REFERENCE.sub(expand, text)
+
+
+def _resolve(node: Any, env: Mapping[str, str]) -> Any:
+    if isinstance(node, str):
+        return _interpolate(node, env)
+    if isinstance(node, list):
+        return [_resolve(v, env) for v in node]
+    if isinstance(node, dict):
+        return {k: _resolve(v, env) for k, v in node.items()}
+    return node
+
+
+def load_compose(env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The compose file as Compose sees it, with ``env`` as the shell/.env variables."""
+    raw = yaml.safe_load(COMPOSE.read_text(encoding="utf-8"))
+    assert isinstance(raw, dict) and isinstance(raw.get("services"), dict)
+    resolved: dict[str, Any] = _resolve(
+        {k: v for k, v in raw.items() if not k.startswith("x-")}, env or {}
+    )
+    return resolved
+
+
+def environment(service: Mapping[str, Any]) -> dict[str, str | None]:
+    """A service's environment (map or list form); ``None`` means passed through if set."""
+    env = service.get("environment") or {}
+    if isinstance(env, list):
+        pairs = [item.split("=", 1) if "=" in item else [item, None] for item in env]
+        env = dict(pairs)
+    return {k: None if v is None else str(v) for k, v in env.items()}
+
+
+def volumes(service: Mapping[str, Any]) -> dict[str, tuple[str, bool]]:
+    """Container path -> (source, read-only) from the short volume syntax."""
+    out = {}
+    for spec in service.get("volumes", []):
+        source, target, *mode = spec.split(":")
+        out[target] = (source, "ro" in mode)
+    return out
+
+
+def published(service: Mapping[str, Any]) -> dict[int, int]:
+    """Container port -> host port."""
+    out = {}
+    for spec in service.get("ports", []):
+        host, container = str(spec).rsplit(":", 2)[-2:]
+        out[int(container)] = int(host)
+    return out
+
+
+def command(service: Mapping[str, Any]) -> list[str]:
+    cmd = service["command"]
+    return shlex.split(cmd) if isinstance(cmd, str) else [str(c) for c in cmd]
+
+
+def default(field: str) -> Any:
+    return Settings.model_fields[field].default
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    return load_compose()
+
+
+@pytest.fixture(scope="module")
+def services(compose: dict[str, Any]) -> dict[str, Any]:
+    svc: dict[str, Any] = compose["services"]
+    return svc
+
+
+def test_the_stack_has_every_service_and_pinned_images(services: dict[str, Any]) -> None:
+    assert {"kafka", "clickhouse", "grafana", *PIPELINE_SERVICES} <= set(services)
+    assert re.fullmatch(r"apache/kafka:4\.\d+\.\d+", services["kafka"]["image"])
+    assert re.fullmatch(
+        r"clickhouse/clickhouse-server:2[56]\.\d+(\.[\d.]+)?", services["clickhouse"]["image"]
+    )
+    # Grafana runs the release the dashboards are built for (grafana-foundation-sdk's pin).
+    sdk_grafana = version("grafana-foundation-sdk").split("!")[-1]
+    assert services["grafana"]["image"] == f"grafana/grafana:{sdk_grafana}"
+    plugins = environment(services["grafana"])["GF_INSTALL_PLUGINS"] or ""
+    assert "grafana-clickhouse-datasource" in plugins.split(",")
+    assert services["simulator"]["profiles"] == ["demo"], "the simulator runs only on demand"
+
+
+def test_every_service_others_wait_for_is_healthchecked(services: dict[str, Any]) -> None:
+    for name, svc in services.items():
+        for dep, spec in (svc.get("depends_on") or {}).items():
+            assert isinstance(spec, dict), f"{name}: depends_on {dep} needs a condition"
+            condition = spec.get("condition")
+            assert condition in ("service_healthy", "service_completed_successfully"), (
+                f"{name}: depends_on {dep} has condition {condition!r}"
+            )
+            target = services[dep]
+            if condition == "service_healthy":
+                assert target.get("healthcheck", {}).get("test"), f"{dep} has no healthcheck"
+            else:
+                assert target.get("restart", "no") == "no", f"{dep} is not a one-shot job"
+    # Services from public images are long-running infrastructure: each reports health.
+    for name, svc in services.items():
+        if "build" not in svc:
+            check = svc.get("healthcheck") or {}
+            assert check.get("test") and check.get("interval") and check.get("retries"), name
+
+
+def test_prism_variables_are_settings_fields() -> None:
+    texts = {p.name: p.read_text(encoding="utf-8") for p in (COMPOSE, DOCKERFILE)}
+    texts |= {str(p): p.read_text(encoding="utf-8") for p in PROVISIONING.rglob("*.y*ml")}
+    for source, text in texts.items():
+        for name in set(re.findall(rf"\b{PREFIX}[A-Z0-9_]+", text)):
+            assert name in FIELDS, (
+                f"{source} uses {name}, which is no setting in pipeline/settings.py"
+            )
+
+
+@pytest.mark.parametrize("env", [{}, OVERRIDES], ids=["defaults", "overrides"])
+def test_pipeline_containers_load_valid_settings(
+    env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    services = load_compose(env)["services"]
+    loaded = {}
+    for name in PIPELINE_SERVICES:
+        for var in FIELDS:
+            monkeypatch.delenv(var, raising=False)
+        for var, value in environment(services[name]).items():
+            value = env.get(var) if value is None else value  # pass-through from the shell
+            if value is not None:
+                monkeypatch.setenv(var, value)
+        loaded[name] = settings = load_settings()
+        assert settings.topic_prefix == default("topic_prefix"), name
+        assert settings.topics == Topics.from_prefix(default("topic_prefix")), name
+        assert settings.clickhouse_database == default("clickhouse_database"), name
+    # Only the worker delivers alerts, and only to a webhook the user configured.
+    assert loaded["worker"].alert_webhook_url == env.get("PRISM_ALERT_WEBHOOK_URL")
+    assert loaded["migrate"].alert_webhook_url is None
+
+
+def test_kafka_listens_where_the_pipeline_connects(services: dict[str, Any]) -> None:
+    port = int(default("kafka_bootstrap_servers").rpartition(":")[2])
+    kafka = environment(services["kafka"])
+    bootstrap = {
+        environment(services[n])["PRISM_KAFKA_BOOTSTRAP_SERVERS"] for n in PIPELINE_SERVICES
+    }
+    assert bootstrap == {f"kafka:{port}"}
+    sim = command(services["simulator"])
+    assert sim[sim.index("--kafka") + 1] == f"kafka:{port}"
+
+    listeners = dict(re.findall(r"(\w+)://[^:,]*:(\d+)", kafka["KAFKA_LISTENERS"] or ""))
+    advertised = dict(re.findall(r"(\w+)://([^,]+)", kafka["KAFKA_ADVERTISED_LISTENERS"] or ""))
+    internal = kafka["KAFKA_INTER_BROKER_LISTENER_NAME"]
+    assert internal and advertised[internal] == f"kafka:{port}"
+    assert listeners[internal] == str(port)
+    # Every other advertised listener is reachable from the host on the same port.
+    ports = published(services["kafka"])
+    for name, address in advertised.items():
+        if name != internal:
+            host, _, ext = address.rpartition(":")
+            assert host in ("127.0.0.1", "localhost") and ports.get(int(ext)) == int(ext), name
+    check = " ".join(services["kafka"]["healthcheck"]["test"])
+    assert "kafka-broker-api-versions.sh" in check and f":{port}" in check
+
+
+def test_kafka_is_one_node_that_fits_the_topic_defaults(services: dict[str, Any]) -> None:
+    kafka = environment(services["kafka"])
+    assert set((kafka["KAFKA_PROCESS_ROLES"] or "").split(",")) == {"broker", "controller"}
+    voters = (kafka["KAFKA_CONTROLLER_QUORUM_VOTERS"] or "").split(",")
+    assert voters == [f"{kafka['KAFKA_NODE_ID']}@kafka:{voters[0].rpartition(':')[2]}"]
+    assert default("replication_factor") <= len(voters)
+    assert int(kafka["KAFKA_NUM_PARTITIONS"] or 0) == default("partitions")
+    cluster_id = kafka["CLUSTER_ID"] or ""
+    assert len(base64.urlsafe_b64decode(cluster_id + "==")) == 16, "KRaft needs a 16-byte id"
+    assert kafka["KAFKA_LOG_DIRS"] in volumes(services["kafka"])
+
+
+@pytest.mark.parametrize("env", [{}, OVERRIDES], ids=["defaults", "overrides"])
+def test_clickhouse_dsn_names_the_compose_server(env: dict[str, str]) -> None:
+    from sinks import parse_dsn
+
+    services = load_compose(env)["services"]
+    server = environment(services["clickhouse"])
+    for name in PIPELINE_SERVICES:
+        target = parse_dsn(environment(services[name])["PRISM_CLICKHOUSE_DSN"] or "")
+        assert (target.kind, target.host, target.port) == (
+            "http",
+            "clickhouse",
+            CLICKHOUSE_PORTS["http"],
+        )
+        assert target.database == default("clickhouse_database") == server["CLICKHOUSE_DB"]
+        assert (target.username, target.password) == (
+            server["CLICKHOUSE_USER"],
+            server["CLICKHOUSE_PASSWORD"],
+        )
+    assert server["CLICKHOUSE_USER"] == env.get("CLICKHOUSE_USER", server["CLICKHOUSE_USER"])
+    assert published(services["clickhouse"]) == {8123: 8123}
+    assert "8123/ping" in " ".join(services["clickhouse"]["healthcheck"]["test"])
+    assert services["clickhouse"]["ulimits"]["nofile"]["hard"] >= 262144
+
+
+def _architecture_mounts() -> dict[str, str]:
+    text = (ROOT / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    section = text.split("### Grafana files", 1)[1].split("\n#", 1)[0]
+    mounts = dict(re.findall(r"`(\./[^`]+)`\s+at\s+`(/[^`]+)`", section))
+    assert len(mounts) == 2, f"ARCHITECTURE.md's Grafana mounts changed: {mounts}"
+    return mounts
+
+
+def test_grafana_mounts_the_repo_folders_architecture_names(services: dict[str, Any]) -> None:
+    mounted = volumes(services["grafana"])
+    for source, target in _architecture_mounts().items():
+        assert mounted.get(target) == (source, True), (
+            f"{source} must be mounted read-only at {target}"
+        )
+        assert (ROOT / source).is_dir(), f"{source} is missing from the repo"
+    providers = [
+        p
+        for path in (PROVISIONING / "dashboards").glob("*.y*ml")
+        for p in yaml.safe_load(path.read_text(encoding="utf-8")).get("providers", [])
+    ]
+    for provider in providers:
+        assert provider["options"]["path"] in mounted, (
+            f"provider {provider['name']} reads elsewhere"
+        )
+
+
+def _grafana_env(env: Mapping[str, str]) -> dict[str, str]:
+    grafana = environment(load_compose(env)["services"]["grafana"])
+    return {k: v if v is not None else env.get(k, "") for k, v in grafana.items()}
+
+
+def _expand_grafana(text: str, env: Mapping[str, str]) -> str:
+    """Grafana provisioning's ``$NAME`` / ``${NAME}`` / ``$__env{NAME}`` (no defaults)."""
+    text = re.sub(r"\$__env\{(\w+)\}", lambda m: env.get(m.group(1), ""), text)
+    return re.sub(r"\$(?:\{([A-Z]\w*)\}|([A-Z]\w*))", lambda m: env.get(m[1] or m[2], ""), text)
+
+
+@pytest.mark.parametrize("env", [{}, OVERRIDES], ids=["defaults", "overrides"])
+def test_grafana_gets_every_variable_its_provisioning_reads(env: dict[str, str]) -> None:
+    grafana = _grafana_env(env)
+    for path in PROVISIONING.rglob("*.y*ml"):
+        text = path.read_text(encoding="utf-8")
+        names = re.findall(r"\$__env\{(\w+)\}|\$\{?([A-Z][A-Z0-9_]*)", text)
+        for name in {a or b for a, b in names}:
+            assert grafana.get(name), f"{path.relative_to(ROOT)} reads ${name}; grafana has none"
+
+
+@pytest.mark.parametrize("env", [{}, OVERRIDES], ids=["defaults", "overrides"])
+def test_grafana_datasource_reaches_the_compose_clickhouse(env: dict[str, str]) -> None:
+    files = sorted((PROVISIONING / "datasources").glob("*.y*ml"))
+    if not files:
+        pytest.skip("no datasource provisioning yet: run `prism-pipeline dashboards build`")
+    services = load_compose(env)["services"]
+    server = environment(services["clickhouse"])
+    grafana = _grafana_env(env)
+    sources = [
+        ds
+        for path in files
+        for ds in yaml.safe_load(_expand_grafana(path.read_text(encoding="utf-8"), grafana))[
+            "datasources"
+        ]
+        if ds["type"] == "grafana-clickhouse-datasource"
+    ]
+    assert sources, "no grafana-clickhouse-datasource in dashboards/provisioning/datasources"
+    for ds in sources:
+        data = ds["jsonData"]
+        assert data["host"] == "clickhouse" and "clickhouse" in services
+        assert data["defaultDatabase"] == server["CLICKHOUSE_DB"] == default("clickhouse_database")
+        assert data["port"] == CLICKHOUSE_PORTS[data.get("protocol", "native")]
+        assert data["username"] == server["CLICKHOUSE_USER"], (
+            f"datasource {ds['uid']} logs in as {data['username']!r}, compose creates "
+            f"{server['CLICKHOUSE_USER']!r}; use $CLICKHOUSE_USER"
+        )
+        assert ds["secureJsonData"]["password"] == server["CLICKHOUSE_PASSWORD"]
+
+
+def test_worker_keeps_state_on_a_volume_and_stops_gracefully(
+    compose: dict[str, Any], services: dict[str, Any]
+) -> None:
+    worker = services["worker"]
+    state_dir = environment(worker)["PRISM_STATE_DIR"]
+    source, read_only = volumes(worker)[state_dir or ""]
+    assert source in compose["volumes"] and not read_only
+    assert f"PRISM_STATE_DIR={state_dir}" in DOCKERFILE.read_text(encoding="utf-8")
+    assert command(worker) == ["worker"] and worker["restart"] == "unless-stopped"
+    assert worker["init"] is True, "tini forwards SIGTERM so the worker can flush"
+    grace = re.fullmatch(r"(\d+)s", str(worker.get("stop_grace_period")))
+    assert grace and int(grace[1]) >= 30, "the worker needs time to flush its last batch"
+
+
+@pytest.mark.parametrize("service", PIPELINE_SERVICES)
+def test_pipeline_commands_parse_with_the_cli(service: str, services: dict[str, Any]) -> None:
+    from pipeline.cli import build_parser
+
+    argv = command(services[service])
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    if argv[0] not in commands.choices:
+        pytest.skip(f"`prism-pipeline {argv[0]}` is not registered in pipeline/cli.py yet")
+    try:
+        parser.parse_args(argv)
+    except SystemExit:
+        pytest.fail(f"{service}: `prism-pipeline {shlex.join(argv)}` is rejected by the CLI")
+
+
+def _dockerignored(path: str, patterns: list[str]) -> bool:
+    """Docker's .dockerignore rule: the last matching pattern wins; a parent match counts."""
+    ignored = False
+    for raw in patterns:
+        negate = raw.startswith("!")
+        pattern = raw.lstrip("!").strip("/")
+        regex = re.escape(pattern).replace(r"\*\*", ".*").replace(r"\*", "[^/]*")
+        regex = regex.replace(r"\?", "[^/]")
+        parts = path.split("/")
+        if any(re.fullmatch(regex, "/".join(parts[:i])) for i in range(1, len(parts) + 1)):
+            ignored = not negate
+    return ignored
+
+
+def test_image_installs_the_project_and_runs_its_console_script() -> None:
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    project = pyproject["project"]
+    text = DOCKERFILE.read_text(encoding="utf-8")
+    stages = re.findall(r"^FROM\s+python:(\d+\.\d+)-slim\b", text, re.M)
+    assert stages, "the image runs on a python:X.Y-slim base"
+    assert SpecifierSet(project["requires-python"]).contains(stages[-1]), stages[-1]
+    entry = re.findall(r"^ENTRYPOINT\s+(\[.*\])", text, re.M)
+    assert entry and yaml.safe_load(entry[-1]) == list(project["scripts"])
+    patterns = [
+        line.strip()
+        for line in (ROOT / ".dockerignore").read_text(encoding="utf-8").splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    copied = [
+        src
+        for args in re.findall(r"^COPY\s+(?!--from)(.+)$", text, re.M)
+        for src in args.split()[:-1]
+    ]
+    packages = [
+        p.rstrip("*") for p in pyproject["tool"]["setuptools"]["packages"]["find"]["include"]
+    ]
+    for src in ["pyproject.toml", project["readme"], *packages]:
+        assert src in copied, f"the image build needs {src}, which the Dockerfile does not copy"
+    for src in copied:
+        assert (ROOT / src).exists(), f"the Dockerfile copies {src}, which is not in the repo"
+        assert not _dockerignored(src, patterns), f".dockerignore hides {src} from the build"
+    for local in (".venv/bin/python", ".data/ledger", "devstack/kafka/lib", "dashboards/json"):
+        assert _dockerignored(local, patterns), f"{local} would be sent to the image build"
