@@ -1,0 +1,187 @@
+"""``prism-pipeline simulate``: a deterministic fleet to JSONL and/or Kafka, plus its manifest."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from datetime import datetime
+from pathlib import Path
+
+from runtime.simulator import (
+    FleetConfig,
+    SimulatorConfigError,
+    publish_to_kafka,
+    simulate,
+    write_jsonl,
+    write_manifest,
+)
+
+_EPILOG = """\
+chaos knobs (all off by default):
+  --duplicates P            per record: re-send it a few positions later (a quarter of
+                            them as the same (runId, seq) under a new eventId)
+  --reorder-window K        a run's records move up to K positions, never past its terminal
+  --post-terminal P         per finished run: 1-2 non-terminal events after the terminal
+  --conflicting-terminals P per finished run: a second, different terminal after the real one
+  --malformed P             per run: a junk record (truncated JSON, invalid UTF-8, non-object
+                            JSON, wrong types, a priced estimate), replacing an event or extra
+  --oversized P             per run: one event padded over --max-event-bytes, replacing it
+Each knob above 0 happens at least once. With --runs >= 200 every scenario appears.
+
+examples:
+  prism-pipeline simulate --runs 1000 --seed 7 --out fleet.jsonl --manifest manifest.json
+  prism-pipeline simulate --runs 5000 --kafka 127.0.0.1:9092 --rate 2000 --duplicates 0.02
+"""
+
+
+def _probability(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"{text} is not a probability; use 0..1")
+    return value
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text} must be > 0")
+    return value
+
+
+def _timestamp(text: str) -> datetime:
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an ISO 8601 timestamp, e.g. 2026-11-30T00:00:00+00:00"
+        ) from None
+    if value.utcoffset() is None:
+        raise argparse.ArgumentTypeError(f"{text!r} needs a UTC offset, e.g. +00:00")
+    return value
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "simulate",
+        help="generate a realistic, deterministic fleet of agent runs (+ ground-truth manifest)",
+        description=(
+            "Simulate a fleet of Prism agent runs (tenants, models, tool calls, prompt cache,\n"
+            "estimates, limit deaths, delegations, ...) deterministically for --seed; write it\n"
+            "as JSONL and/or produce it to Kafka keyed by runId, and write the manifest of\n"
+            "what a correct pipeline must conclude from it. Runs start over ~3 h of event time."
+        ),
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--runs", type=int, default=1000, help="runs in the fleet (default 1000)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    p.add_argument("--out", type=Path, help="write record values as JSONL, one per line")
+    p.add_argument("--manifest", type=Path, help="write the ground-truth manifest (JSON)")
+    p.add_argument(
+        "--kafka",
+        nargs="?",
+        const="",
+        metavar="BOOTSTRAP",
+        help="produce to Kafka (default bootstrap: PRISM_KAFKA_BOOTSTRAP_SERVERS)",
+    )
+    p.add_argument("--topic", help="input topic (default: <PRISM_TOPIC_PREFIX>.agent-events)")
+    p.add_argument(
+        "--rate", type=_positive, help="records per second (default: as fast as possible)"
+    )
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    chaos = p.add_argument_group("chaos (see below)")
+    chaos.add_argument("--duplicates", type=_probability, default=0.0, metavar="P")
+    chaos.add_argument("--reorder-window", type=int, default=0, metavar="K")
+    chaos.add_argument("--post-terminal", type=_probability, default=0.0, metavar="P")
+    chaos.add_argument("--conflicting-terminals", type=_probability, default=0.0, metavar="P")
+    chaos.add_argument("--malformed", type=_probability, default=0.0, metavar="P")
+    chaos.add_argument("--oversized", type=_probability, default=0.0, metavar="P")
+    clock = p.add_argument_group("event time")
+    clock.add_argument(
+        "--start",
+        type=_timestamp,
+        help="first run's earliest start (default 2026-11-30T00:00:00+00:00)",
+    )
+    clock.add_argument(
+        "--clock",
+        choices=["fixed", "wall"],
+        default="fixed",
+        help="fixed: start at --start or the default; wall: the fleet's event time ends "
+        "near the current time",
+    )
+    clock.add_argument(
+        "--stale-after",
+        type=_positive,
+        default=3600.0,
+        metavar="SECONDS",
+        help="manifest: a run without terminal idle this long before the fleet's last "
+        "event is incomplete (default 3600)",
+    )
+    clock.add_argument(
+        "--max-event-bytes",
+        type=int,
+        default=1_048_576,
+        metavar="BYTES",
+        help="size limit oversized records exceed (default 1048576)",
+    )
+    p.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.out is None and args.manifest is None and args.kafka is None:
+        raise SimulatorConfigError(
+            "nothing to do: give --out FILE, --manifest FILE and/or --kafka [BOOTSTRAP]"
+        )
+    config = FleetConfig(
+        runs=args.runs,
+        seed=args.seed,
+        start=args.start,
+        clock=args.clock,
+        duplicates=args.duplicates,
+        reorder_window=args.reorder_window,
+        post_terminal=args.post_terminal,
+        conflicting_terminals=args.conflicting_terminals,
+        malformed=args.malformed,
+        oversized=args.oversized,
+        stale_after_seconds=args.stale_after,
+        max_event_bytes=args.max_event_bytes,
+    )
+    fleet = simulate(config)
+    counts = fleet.manifest["counts"]
+    print(
+        f"simulated {args.runs} runs (seed {args.seed}): {counts['records']} records, "
+        f"{counts['valid_records']} valid, {counts['duplicates']} duplicates; "
+        f"dlq {fleet.manifest['dlq']}, quarantine {fleet.manifest['quarantine']}"
+    )
+    if args.out is not None:
+        lines = write_jsonl(fleet, args.out)
+        print(f"wrote {lines} lines to {args.out}")
+    if args.manifest is not None:
+        write_manifest(fleet, args.manifest)
+        print(f"wrote manifest to {args.manifest}")
+    if args.kafka is not None:
+        from pipeline.settings import load_settings
+
+        settings = load_settings()
+        kwargs = settings.aiokafka_kwargs()
+        bootstrap = args.kafka or kwargs.pop("bootstrap_servers")
+        kwargs.pop("bootstrap_servers", None)
+        topic = args.topic or settings.topics.input
+        result = asyncio.run(
+            publish_to_kafka(
+                fleet, bootstrap, topic, rate=args.rate, progress=not args.no_progress, **kwargs
+            )
+        )
+        print(
+            f"produced {result.records} records to {topic} at {bootstrap} in "
+            f"{result.seconds:.1f} s ({result.rate:,.0f} records/s)",
+            file=sys.stdout,
+        )
+    return 0
