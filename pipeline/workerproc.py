@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 
-__all__ = ["WorkerProcess", "committed_lag"]
+__all__ = ["WorkerProcess", "committed_lag", "group_members", "wait_members"]
 
 
 async def _lag(bootstrap: str, group: str, topic: str) -> tuple[int, int]:
@@ -37,10 +37,13 @@ async def _lag(bootstrap: str, group: str, topic: str) -> tuple[int, int]:
     await admin.start()
     await consumer.start()
     try:
-        parts = consumer.partitions_for_topic(topic)
-        if not parts:
-            await consumer.topics()  # refresh metadata once
-            parts = consumer.partitions_for_topic(topic) or set()
+        described = await admin.describe_topics([topic])
+        parts = [
+            p["partition"]
+            for d in described
+            if d.get("error_code", 0) == 0
+            for p in d.get("partitions", [])
+        ]
         tps = [TopicPartition(topic, p) for p in sorted(parts)]
         if not tps:
             return 0, 0
@@ -57,6 +60,39 @@ async def _lag(bootstrap: str, group: str, topic: str) -> tuple[int, int]:
         await admin.close()
 
 
+async def _members(bootstrap: str, group: str) -> int:
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        responses = await admin.describe_consumer_groups([group])
+        groups = [g for r in responses for g in r.to_object()["groups"]]
+        return sum(len(g["members"]) for g in groups if g["state"] == "Stable")
+    finally:
+        await admin.close()
+
+
+def group_members(bootstrap: str, group: str) -> int:
+    """Members of a consumer group that has settled (state Stable), else 0."""
+    return asyncio.run(_members(bootstrap, group))
+
+
+def wait_members(bootstrap: str, group: str, n: int, timeout: float = 120.0) -> None:
+    """Wait until ``group`` is stable with ``n`` members (a rebalance finished)."""
+    deadline = time.monotonic() + timeout
+    seen = 0
+    while time.monotonic() < deadline:
+        try:
+            seen = group_members(bootstrap, group)
+        except Exception:
+            seen = 0
+        if seen == n:
+            return
+        time.sleep(0.5)
+    raise TimeoutError(f"consumer group {group!r} has {seen} stable members, not {n}")
+
+
 def committed_lag(bootstrap: str, group: str, topic: str) -> tuple[int, int]:
     """Synchronous ``(lag, end offsets total)`` of a consumer group on a topic."""
     return asyncio.run(_lag(bootstrap, group, topic))
@@ -65,8 +101,9 @@ def committed_lag(bootstrap: str, group: str, topic: str) -> tuple[int, int]:
 class WorkerProcess:
     """A ``prism-pipeline worker`` subprocess with its log in ``log_path``."""
 
-    def __init__(self, env: Mapping[str, str], *, log_path: Path | None = None,
-                 args: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, env: Mapping[str, str], *, log_path: Path | None = None, args: tuple[str, ...] = ()
+    ) -> None:
         self.env = {**os.environ, **env}
         self.log_path = log_path or Path(self.env.get("PRISM_STATE_DIR", ".")) / "worker.log"
         self.args = args
@@ -77,7 +114,10 @@ class WorkerProcess:
         log = open(self.log_path, "ab")  # noqa: SIM115  (owned by the child)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "pipeline.cli", "worker", *self.args],
-            env=self.env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
         )
         log.close()
         return self
@@ -86,16 +126,25 @@ class WorkerProcess:
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def wait_drained(self, topic: str, group: str, *, timeout: float = 180.0,
-                     settle: float = 2.0, min_records: int = 1) -> float:
+    def wait_drained(
+        self,
+        topic: str,
+        group: str,
+        *,
+        timeout: float = 180.0,
+        settle: float = 2.0,
+        min_records: int = 1,
+    ) -> float:
         """Wait until ``group`` committed every record of ``topic``; return seconds waited."""
         bootstrap = self.env.get("PRISM_KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")
         start = time.monotonic()
         drained_since: float | None = None
         while time.monotonic() - start < timeout:
             if not self.running:
-                raise RuntimeError(f"the worker exited with {self.proc and self.proc.returncode}; "
-                                   f"see {self.log_path}:\n{self.tail_log()}")
+                raise RuntimeError(
+                    f"the worker exited with {self.proc and self.proc.returncode}; "
+                    f"see {self.log_path}:\n{self.tail_log()}"
+                )
             try:
                 lag, total = committed_lag(bootstrap, group, topic)
             except Exception:  # the group may not exist yet
@@ -107,8 +156,10 @@ class WorkerProcess:
             else:
                 drained_since = None
             time.sleep(0.5)
-        raise TimeoutError(f"the worker did not drain {topic} within {timeout:.0f}s "
-                           f"(lag {lag}); see {self.log_path}:\n{self.tail_log()}")
+        raise TimeoutError(
+            f"the worker did not drain {topic} within {timeout:.0f}s "
+            f"(lag {lag}); see {self.log_path}:\n{self.tail_log()}"
+        )
 
     def stop(self, timeout: float = 60.0) -> int:
         """SIGTERM (flush, commit, exit); SIGKILL if it does not exit in time."""
@@ -138,6 +189,7 @@ class WorkerProcess:
     def __enter__(self) -> WorkerProcess:
         return self.start()
 
-    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.stop()

@@ -15,6 +15,7 @@ alerter sees every tenant's deaths; each batch also sends its partition watermar
 from __future__ import annotations
 
 import asyncio
+import atexit
 import logging
 import time
 import weakref
@@ -29,11 +30,20 @@ from faust.streams import _current_event
 
 from schemas import AlertRow, ContractViolation, LedgerBatch, parse_batch
 
-from ..core import CoreConfig, Delivery, ExhaustionAlerter, LimitDeath, OutRecord, Output, Processor
-from ..core import alert_record
+from ..core import (
+    CoreConfig,
+    Delivery,
+    ExhaustionAlerter,
+    LimitDeath,
+    Output,
+    OutRecord,
+    Processor,
+    alert_record,
+)
 from ..ingest import dead_letter_row
 from ..settings import Settings
 from ._faust import make_app
+from ._telemetry import WorkerTelemetry
 
 __all__ = ["AlertSink", "PipelineWorker", "core_config"]
 
@@ -60,8 +70,14 @@ class PipelineWorker:
     alerts raised (e.g. the webhook notifier).
     """
 
-    def __init__(self, settings: Settings, writer: Any, *, alert_sinks: Sequence[AlertSink] = (),
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        writer: Any,
+        *,
+        alert_sinks: Sequence[AlertSink] = (),
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.settings = settings
         self.config = core_config(settings)
         self.writer = writer
@@ -69,16 +85,25 @@ class PipelineWorker:
         self.clock = clock
         self.topics = settings.topics
         self.app: faust.App = make_app(settings)
-        raw = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw", "value_serializer": "raw"}
+        raw = {
+            "key_type": bytes,
+            "value_type": bytes,
+            "key_serializer": "raw",
+            "value_serializer": "raw",
+        }
         self.input = self.app.topic(self.topics.input, partitions=settings.partitions, **raw)
         self.deaths = self.app.topic(f"{settings.topic_prefix}.limit-deaths", partitions=1, **raw)
         self.outputs = {
             name: self.app.topic(topic, partitions=settings.partitions, **raw)
-            for name, topic in (("dlq", self.topics.dlq), ("quarantine", self.topics.quarantine),
-                                ("closed", self.topics.runs_closed), ("alerts", self.topics.alerts))
+            for name, topic in (
+                ("dlq", self.topics.dlq),
+                ("quarantine", self.topics.quarantine),
+                ("closed", self.topics.runs_closed),
+                ("alerts", self.topics.alerts),
+            )
         }
-        table = {"default": None, "schema": faust.Schema(key_type=bytes, value_type=bytes,
-                                                         key_serializer="raw", value_serializer="raw")}
+        # bytes key/value types make faust use the raw codec for the changelog as well
+        table: dict[str, Any] = {"default": None, "key_type": bytes, "value_type": bytes}
         self.state = self.app.Table("run-state", partitions=settings.partitions, **table)
         self.alert_state = self.app.Table("alert-state", partitions=1, **table)
         self.processors: dict[int, Processor] = {}
@@ -86,11 +111,14 @@ class PipelineWorker:
         self.alerter: ExhaustionAlerter | None = None
         self.stats: Counter[str] = Counter()
         self._ledger_lock = asyncio.Lock()
+        self.telemetry = WorkerTelemetry(settings.state_dir / "worker-stats.json")
+        atexit.register(self.telemetry.write_stats, force=True)
         self._last_log = 0.0
         self.app.agent(self.input, name="prism-events")(self._events_agent)
         self.app.agent(self.deaths, name="prism-limit-deaths")(self._deaths_agent)
         self.app.timer(interval=max(1.0, settings.batch_max_seconds))(self._tick)
         self.app.on_partitions_revoked.connect(self._on_revoked)
+        self.app.on_before_shutdown.connect(self._on_shutdown)
         self.app.task(self._declare_outputs)
 
     # -- agents -------------------------------------------------------------------------
@@ -100,38 +128,61 @@ class PipelineWorker:
             await self.handle_batch(events)
 
     async def handle_batch(self, events: Sequence[Any]) -> None:
+        self.telemetry.consumed(len(events))
+        traceparents = [_header(e.message.headers, "traceparent") for e in events]
+        with self.telemetry.batch_span(len(events), traceparents):
+            await self._handle_batch(events, traceparents)
+
+    async def _handle_batch(self, events: Sequence[Any], traceparents: list[str | None]) -> None:
         now = self.clock()
         received = datetime.fromtimestamp(now, tz=UTC)
-        by_partition: dict[int, list[Any]] = defaultdict(list)
-        for ev in events:
-            by_partition[ev.message.partition].append(ev)
+        by_partition: dict[int, list[tuple[Any, str | None]]] = defaultdict(list)
+        for ev, tp in zip(events, traceparents, strict=True):
+            by_partition[ev.message.partition].append((ev, tp))
         outputs: list[tuple[int, Output, Any]] = []
         dlq: list[OutRecord] = []
-        for partition, evs in sorted(by_partition.items()):
+        event_ts: list[float] = []
+        for partition, pairs in sorted(by_partition.items()):
+            evs = [ev for ev, _ in pairs]
             self.last_event[partition] = evs[-1]
             proc = self._processor(partition)
             out = Output()
             deliveries = []
             values = [e.message.value for e in evs]
             parsed = parse_batch(values, max_bytes=self.settings.max_event_bytes)
-            for ev, item in zip(evs, parsed, strict=True):
+            for (ev, traceparent), item in zip(pairs, parsed, strict=True):
                 msg = ev.message
                 if isinstance(item, ContractViolation):
                     out.ledger.dead_letters.append(
-                        dead_letter_row(msg.value or b"", item, msg.topic, partition, msg.offset, received))
+                        dead_letter_row(
+                            msg.value or b"", item, msg.topic, partition, msg.offset, received
+                        )
+                    )
                     dlq.append(_dlq_record(msg, item))
                     out.stats[f"dlq.{item.code}"] += 1
                 else:
-                    deliveries.append(Delivery(item, msg.topic, partition, msg.offset, received,
-                                               _header(msg.headers, "traceparent")))
+                    deliveries.append(
+                        Delivery(item, msg.topic, partition, msg.offset, received, traceparent)
+                    )
+                    event_ts.append(item.ts.timestamp())
             out.extend(proc.process(deliveries, now))
-            rng = _source_range(self.topics.input, partition, evs[0].message.offset, evs[-1].message.offset)
+            self.telemetry.lag[partition] = _lag(self.app, msg.tp, msg.offset)
+            rng = _source_range(
+                self.topics.input, partition, evs[0].message.offset, evs[-1].message.offset
+            )
             outputs.append((partition, out, rng))
-        await self._commit_outputs(outputs, dlq)
+        await self._commit_outputs(outputs, dlq, event_ts)
 
-    async def _commit_outputs(self, outputs: list[tuple[int, Output, Any]], dlq: list[OutRecord]) -> None:
-        """Ledger first (and wait), then topics (and wait), then state: the order offsets rely on."""
+    async def _commit_outputs(
+        self,
+        outputs: list[tuple[int, Output, Any]],
+        dlq: list[OutRecord],
+        event_ts: list[float] | None = None,
+    ) -> None:
+        """Ledger first (and wait), then topics (and wait), then state: offsets rely on it."""
         await self._write_ledger([(out.ledger, rng) for _, out, rng in outputs])
+        if event_ts:
+            self.telemetry.acknowledged(event_ts)
         futures = [self._send("dlq", r) for r in dlq]
         for partition, out, _ in outputs:
             futures += [self._send("quarantine", r) for r in out.quarantined]
@@ -141,15 +192,17 @@ class PipelineWorker:
                 futures.append(self._send_death(death))
             futures.append(self._send_watermark(partition, self.processors[partition].watermark_us))
             self.stats.update(out.stats)
+            self.telemetry.outcomes(out.stats)
         await asyncio.gather(*[await f for f in futures])
         for partition, out, _ in outputs:
             self._write_state(partition, out.state_writes)
             if out.ledger.alerts:
                 await self._notify(out.ledger.alerts)
         self._log_summary()
+        self.telemetry.write_stats()
 
     async def _write_ledger(self, parts: list[tuple[LedgerBatch, Any]]) -> None:
-        """Insert and wait for the acknowledgement; while ClickHouse fails, retry and hold offsets."""
+        """Insert and wait for the acknowledgement; while ClickHouse fails, retry, hold offsets."""
         from sinks import LedgerWriteError
 
         parts = [(b, r) for b, r in parts if len(b)]
@@ -161,11 +214,14 @@ class PipelineWorker:
             delay = 0.5
             while True:
                 try:
-                    await asyncio.to_thread(self.writer.flush)
+                    with self.telemetry.insert_span(sum(len(b) for b, _ in parts)):
+                        await asyncio.to_thread(self.writer.flush)
                     return
                 except LedgerWriteError as exc:
                     self.stats["ledger_write_failures"] += 1
-                    log.warning("ledger write failed, offsets held, retrying in %.1fs: %s", delay, exc)
+                    log.warning(
+                        "ledger write failed, offsets held, retrying in %.1fs: %s", delay, exc
+                    )
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, 30.0)
 
@@ -179,14 +235,27 @@ class PipelineWorker:
                 if "wm" in d:
                     wm = max(wm, d["wm"])
                 else:
-                    deaths.append(LimitDeath(d["tenantId"], d["axis"], d["runId"],
-                                             datetime.fromisoformat(d["ts"])))
+                    deaths.append(
+                        LimitDeath(
+                            d["tenantId"], d["axis"], d["runId"], datetime.fromisoformat(d["ts"])
+                        )
+                    )
             rows = alerter.observe(deaths) + alerter.advance(wm)
             if rows:
                 batch = LedgerBatch(alerts=rows)
-                await self._write_ledger([(batch, _source_range(self.deaths.get_topic_name(), 0,
-                                                                events[0].message.offset,
-                                                                events[-1].message.offset))])
+                await self._write_ledger(
+                    [
+                        (
+                            batch,
+                            _source_range(
+                                self.deaths.get_topic_name(),
+                                0,
+                                events[0].message.offset,
+                                events[-1].message.offset,
+                            ),
+                        )
+                    ]
+                )
                 await asyncio.gather(*[await self._send("alerts", alert_record(r)) for r in rows])
                 await self._notify(rows)
             token = _current_event.set(weakref.ref(events[-1]))
@@ -198,8 +267,11 @@ class PipelineWorker:
     def _alerter(self) -> ExhaustionAlerter:
         if self.alerter is None:
             raw = self.alert_state.get(_ALERTER_KEY)
-            self.alerter = (ExhaustionAlerter.from_bytes(raw) if raw else
-                            ExhaustionAlerter(self.config.alert_window_s, self.config.alert_threshold))
+            self.alerter = (
+                ExhaustionAlerter.from_bytes(raw)
+                if raw
+                else ExhaustionAlerter(self.config.alert_window_s, self.config.alert_threshold)
+            )
         return self.alerter
 
     async def _notify(self, rows: list[AlertRow]) -> None:
@@ -214,8 +286,11 @@ class PipelineWorker:
         proc = self.processors.get(partition)
         if proc is None:
             proc = Processor(self.config, partition)
-            proc.load((k.decode(), v) for k, v in self.state.items()
-                      if v is not None and proc.owns_key(k.decode()))
+            proc.load(
+                (k.decode(), v)
+                for k, v in self.state.items()
+                if v is not None and proc.owns_key(k.decode())
+            )
             self.processors[partition] = proc
             log.info("partition %d: restored %d runs", partition, len(proc.runs))
         return proc
@@ -230,6 +305,17 @@ class PipelineWorker:
                     self.state[key.encode()] = value
         finally:
             _current_event.reset(token)
+
+    async def _on_shutdown(self, app: Any, **_: Any) -> None:
+        """The consumer has stopped: let notifiers deliver what they queued, write stats."""
+        for sink in self.alert_sinks:
+            aclose = getattr(sink, "aclose", None)
+            if aclose is not None:
+                try:
+                    await aclose(timeout=5.0)
+                except Exception:
+                    log.exception("closing alert sink %r failed", sink)
+        self.telemetry.write_stats(force=True)
 
     async def _on_revoked(self, app: Any, revoked: set[Any], **_: Any) -> None:
         for tp in revoked:
@@ -247,10 +333,16 @@ class PipelineWorker:
             out = proc.tick(now)
             if out.closed or out.ledger.runs or out.ledger.alerts:
                 offset = self.last_event[partition].message.offset
-                outputs.append((partition, out, _source_range("tick:" + self.topics.input, partition,
-                                                              offset, offset)))
+                outputs.append(
+                    (
+                        partition,
+                        out,
+                        _source_range("tick:" + self.topics.input, partition, offset, offset),
+                    )
+                )
         if outputs:
             await self._commit_outputs(outputs, [])
+        self.telemetry.write_stats()
 
     # -- producing ----------------------------------------------------------------------
     async def _declare_outputs(self) -> None:
@@ -258,26 +350,63 @@ class PipelineWorker:
             await topic.maybe_declare()
 
     async def _send(self, name: str, rec: OutRecord) -> Awaitable[Any]:
-        return await self.app.producer.send(self.outputs[name].get_topic_name(), rec.key, rec.value,
-                                            None, None, list(rec.headers) or None)
+        return await self.app.producer.send(
+            self.outputs[name].get_topic_name(),
+            rec.key,
+            rec.value,
+            None,
+            None,
+            list(rec.headers) or None,
+        )
 
     async def _send_death(self, death: LimitDeath) -> Awaitable[Any]:
-        value = orjson.dumps({"tenantId": death.tenant_id, "axis": death.axis, "runId": death.run_id,
-                              "ts": death.ts.isoformat()})
-        return await self.app.producer.send(self.deaths.get_topic_name(),
-                                            f"{death.tenant_id}|{death.axis}".encode(), value, 0, None, None)
+        value = orjson.dumps(
+            {
+                "tenantId": death.tenant_id,
+                "axis": death.axis,
+                "runId": death.run_id,
+                "ts": death.ts.isoformat(),
+            }
+        )
+        return await self.app.producer.send(
+            self.deaths.get_topic_name(),
+            f"{death.tenant_id}|{death.axis}".encode(),
+            value,
+            0,
+            None,
+            None,
+        )
 
     async def _send_watermark(self, partition: int, wm_us: int) -> Awaitable[Any]:
-        return await self.app.producer.send(self.deaths.get_topic_name(), b"wm",
-                                            orjson.dumps({"wm": wm_us, "p": partition}), 0, None, None)
+        return await self.app.producer.send(
+            self.deaths.get_topic_name(),
+            b"wm",
+            orjson.dumps({"wm": wm_us, "p": partition}),
+            0,
+            None,
+            None,
+        )
 
     def _log_summary(self) -> None:
         now = time.monotonic()
         if now - self._last_log >= 30:
             self._last_log = now
             bad = {k: v for k, v in self.stats.items() if k.startswith(("dlq.", "quarantine."))}
-            log.info("applied=%d duplicates=%d closed=%d rejected=%s", self.stats["applied"],
-                     self.stats["duplicate"], self.stats["closed"], bad or "none")
+            log.info(
+                "applied=%d duplicates=%d closed=%d rejected=%s",
+                self.stats["applied"],
+                self.stats["duplicate"],
+                self.stats["closed"],
+                bad or "none",
+            )
+
+
+def _lag(app: faust.App, tp: Any, offset: int) -> int:
+    """Records behind the partition's high watermark after ``offset``."""
+    try:
+        return max(0, int(app.consumer.highwater(tp)) - offset - 1)
+    except Exception:  # no highwater known yet
+        return 0
 
 
 def _header(headers: Any, name: str) -> str | None:

@@ -1,0 +1,225 @@
+"""The worker's self-observability: OpenTelemetry traces and metrics, and a stats file.
+
+Traces: each batch is a span that continues the trace of its first event's producer
+(``traceparent`` header) and links to every distinct producing span in the batch (up to
+``MAX_LINKS``); the ledger insert is its child span. Metrics: events consumed, applied,
+deduplicated, quarantined and dead-lettered by reason, batch sizes, insert latency,
+consumer lag, and freshness (now minus event ``ts`` when its row is acknowledged by
+ClickHouse). The exporter comes from settings (OTLP endpoint, console, or none).
+
+``worker-stats.json`` in the state directory repeats the headline figures for humans,
+healthchecks and the benchmark, rewritten every few seconds and at shutdown.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from collections import Counter, deque
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from opentelemetry import metrics, trace
+from opentelemetry.propagate import extract
+from opentelemetry.trace import Link
+
+__all__ = ["MAX_LINKS", "WorkerTelemetry", "configure_exporters", "trace_context_of"]
+
+MAX_LINKS = 128
+_RESERVOIR = 20_000
+
+
+def configure_exporters(
+    exporter: str, endpoint: str | None, service: str = "prism-pipeline"
+) -> None:
+    """Install global tracer and meter providers for ``exporter`` (none|console|otlp)."""
+    if exporter == "none":
+        return
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import (
+        ConsoleMetricExporter,
+        PeriodicExportingMetricReader,
+    )
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
+
+    resource = Resource.create({"service.name": service})
+    if exporter == "otlp":
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        base = (endpoint or "http://127.0.0.1:4318").rstrip("/")
+        span_exporter: Any = OTLPSpanExporter(endpoint=f"{base}/v1/traces")
+        metric_exporter: Any = OTLPMetricExporter(endpoint=f"{base}/v1/metrics")
+    else:
+        span_exporter, metric_exporter = ConsoleSpanExporter(), ConsoleMetricExporter()
+    tp = TracerProvider(resource=resource)
+    tp.add_span_processor(BatchSpanProcessor(span_exporter))
+    trace.set_tracer_provider(tp)
+    metrics.set_meter_provider(
+        MeterProvider(
+            resource=resource, metric_readers=[PeriodicExportingMetricReader(metric_exporter)]
+        )
+    )
+
+
+def trace_context_of(traceparents: Iterable[str | None]) -> tuple[Any, list[Link]]:
+    """(parent context of the batch span, links to the distinct producing spans)."""
+    parent = None
+    links: list[Link] = []
+    seen: set[str] = set()
+    for tp in traceparents:
+        if not tp or tp in seen or len(links) >= MAX_LINKS:
+            continue
+        seen.add(tp)
+        ctx = extract({"traceparent": tp})
+        span_ctx = trace.get_current_span(ctx).get_span_context()
+        if not span_ctx.is_valid:
+            continue
+        if parent is None:
+            parent = ctx
+        links.append(Link(span_ctx))
+    return parent, links
+
+
+class _Reservoir:
+    """A uniform sample of recent values, for percentiles in the stats file."""
+
+    def __init__(self, size: int = _RESERVOIR) -> None:
+        self.values: deque[float] = deque(maxlen=size)
+        self.count = 0
+
+    def add_many(self, values: list[float]) -> None:
+        self.count += len(values)
+        if len(values) > 200:  # keep the sample spread over batches, not one batch's flood
+            values = random.sample(values, 200)
+        self.values.extend(values)
+
+    def summary(self) -> dict[str, float]:
+        if not self.values:
+            return {"count": 0}
+        ordered = sorted(self.values)
+
+        def q(p: float) -> float:
+            return round(ordered[min(len(ordered) - 1, int(p * len(ordered)))], 3)
+
+        return {
+            "count": self.count,
+            "p50": q(0.5),
+            "p90": q(0.9),
+            "p99": q(0.99),
+            "max": ordered[-1],
+        }
+
+
+class WorkerTelemetry:
+    """Spans, OTel instruments and the stats file of one worker process."""
+
+    def __init__(self, stats_path: Path | None, *, tracer_provider: Any = None,
+                 meter_provider: Any = None) -> None:
+        self.tracer = trace.get_tracer("prism.worker", tracer_provider=tracer_provider)
+        meter = metrics.get_meter("prism.worker", meter_provider=meter_provider)
+        self._consumed = meter.create_counter("prism.events.consumed", unit="{event}")
+        self._outcomes = meter.create_counter(
+            "prism.events.outcome",
+            unit="{event}",
+            description="applied, duplicate, quarantine.*, dlq.*",
+        )
+        self._batch = meter.create_histogram("prism.batch.size", unit="{event}")
+        self._insert = meter.create_histogram("prism.ledger.insert.duration", unit="ms")
+        self._fresh = meter.create_histogram(
+            "prism.freshness",
+            unit="ms",
+            description="now minus event ts when its row is acknowledged by ClickHouse",
+        )
+        self.lag: dict[int, int] = {}
+        meter.create_observable_gauge(
+            "prism.consumer.lag", callbacks=[self._observe_lag], unit="{record}"
+        )
+        self.stats_path = stats_path
+        self.counts: Counter[str] = Counter()
+        self.freshness = _Reservoir()
+        self.insert_ms = _Reservoir(2000)
+        self.batch_sizes = _Reservoir(2000)
+        self.first_batch_at: float | None = None
+        self.last_batch_at: float | None = None
+        self._last_write = 0.0
+
+    @contextmanager
+    def batch_span(self, size: int, traceparents: Iterable[str | None]) -> Iterator[Any]:
+        parent, links = trace_context_of(traceparents)
+        with self.tracer.start_as_current_span(
+            "prism.worker.batch", context=parent, links=links, attributes={"prism.batch.size": size}
+        ) as span:
+            yield span
+
+    @contextmanager
+    def insert_span(self, rows: int) -> Iterator[None]:
+        start = time.perf_counter()
+        with self.tracer.start_as_current_span(
+            "prism.ledger.insert", attributes={"prism.ledger.rows": rows}
+        ):
+            yield
+        ms = (time.perf_counter() - start) * 1000
+        self._insert.record(ms)
+        self.insert_ms.add_many([ms])
+
+    def consumed(self, n: int) -> None:
+        now = time.time()
+        self.first_batch_at = self.first_batch_at or now
+        self.last_batch_at = now
+        self.counts["events"] += n
+        self.counts["batches"] += 1
+        self._consumed.add(n)
+        self._batch.record(n)
+        self.batch_sizes.add_many([float(n)])
+
+    def outcomes(self, stats: Counter[str]) -> None:
+        for name, n in stats.items():
+            self.counts[name] += n
+            self._outcomes.add(n, {"outcome": name})
+
+    def acknowledged(self, event_ts: list[float]) -> None:
+        """Rows of events with these ``ts`` (unix s) were just acknowledged by ClickHouse."""
+        now = time.time()
+        values = [(now - ts) * 1000 for ts in event_ts]
+        self.freshness.add_many(values)
+        step = max(1, len(values) // 100)
+        for v in values[::step]:
+            self._fresh.record(v)
+
+    def _observe_lag(self, _options: Any) -> Iterable[metrics.Observation]:
+        return [metrics.Observation(v, {"partition": p}) for p, v in self.lag.items()]
+
+    def write_stats(self, *, force: bool = False) -> None:
+        if self.stats_path is None:
+            return
+        now = time.time()
+        if not force and now - self._last_write < 2.0:
+            return
+        self._last_write = now
+        doc = {
+            "pid": os.getpid(),
+            "updated_at": now,
+            "first_batch_at": self.first_batch_at,
+            "last_batch_at": self.last_batch_at,
+            "events": self.counts["events"],
+            "applied": self.counts["applied"],
+            "duplicates": self.counts["duplicate"],
+            "batches": self.counts["batches"],
+            "rejected": {
+                k: v for k, v in self.counts.items() if k.startswith(("dlq.", "quarantine."))
+            },
+            "freshness_ms": self.freshness.summary(),
+            "insert_ms": self.insert_ms.summary(),
+            "batch_size": self.batch_sizes.summary(),
+            "lag": sum(self.lag.values()),
+        }
+        tmp = self.stats_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(doc, indent=1))
+        tmp.replace(self.stats_path)

@@ -1,0 +1,72 @@
+"""The worker continues the producer's trace per batch and records what it measured."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from pipeline.worker._telemetry import WorkerTelemetry
+from runtime import InMemoryPublisher
+
+
+@pytest.fixture
+def otel():
+    spans = InMemorySpanExporter()
+    tp = TracerProvider()
+    tp.add_span_processor(SimpleSpanProcessor(spans))
+    reader = InMemoryMetricReader()
+    mp = MeterProvider(metric_readers=[reader])
+    yield tp, spans, mp, reader
+    tp.shutdown()
+    mp.shutdown()
+
+
+@pytest.mark.timeout(30)
+async def test_publisher_span_and_worker_batch_span_share_a_trace(otel, tmp_path):
+    tp, spans, mp, reader = otel
+    publisher = InMemoryPublisher()
+    with tp.get_tracer("agent").start_as_current_span("agent.run") as agent_span:
+        run = publisher.run("run-1", tenant_id="acme")
+        run.emit("agent_started", {})
+        run.emit("agent_finished", {"finishReason": "stop"})
+    with tp.get_tracer("other").start_as_current_span("other.run"):
+        publisher.run("run-2", tenant_id="acme").emit("agent_started", {})
+    traceparents = [publisher.headers_of(e["eventId"])["traceparent"].decode()
+                    for e in publisher.events]
+
+    tel = WorkerTelemetry(tmp_path / "worker-stats.json", tracer_provider=tp, meter_provider=mp)
+    with tel.batch_span(len(traceparents), traceparents), tel.insert_span(rows=3):
+        pass
+
+    by_name = {s.name: s for s in spans.get_finished_spans()}
+    batch, insert = by_name["prism.worker.batch"], by_name["prism.ledger.insert"]
+    assert batch.context.trace_id == agent_span.get_span_context().trace_id
+    assert insert.parent.span_id == batch.context.span_id
+    linked = {link.context.span_id for link in batch.links}
+    assert agent_span.get_span_context().span_id in linked and len(linked) == 2
+
+
+def test_stats_file_reports_freshness_and_counts(otel, tmp_path):
+    _, _, mp, reader = otel
+    tel = WorkerTelemetry(tmp_path / "worker-stats.json", meter_provider=mp)
+    tel.consumed(4)
+    from collections import Counter
+
+    tel.outcomes(Counter({"applied": 3, "dlq.unparsable": 1}))
+    import time
+
+    now = time.time()
+    tel.acknowledged([now - 0.5, now - 0.2, now - 0.1])
+    tel.write_stats(force=True)
+    doc = json.loads((tmp_path / "worker-stats.json").read_text())
+    assert (doc["events"], doc["applied"], doc["rejected"]) == (4, 3, {"dlq.unparsable": 1})
+    assert doc["freshness_ms"]["count"] == 3 and 90 <= doc["freshness_ms"]["p50"] <= 1000
+    names = {m.name for rm in reader.get_metrics_data().resource_metrics
+             for sm in rm.scope_metrics for m in sm.metrics}
+    assert {"prism.events.consumed", "prism.events.outcome", "prism.freshness"} <= names
