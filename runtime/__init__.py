@@ -1,0 +1,47 @@
+"""What an agent runtime imports to report its runs: publishers and the per-run emitter.
+
+``EventPublisher`` sends contract events (CONTRACT.md) to Kafka without ever blocking or
+crashing the agent; ``InMemoryPublisher`` has the same interface for a runtime's own
+tests; ``RunEmitter`` (from ``publisher.run(...)``) fills ``seq``, ``eventId`` and ``ts``.
+The fleet simulator lives in ``runtime.simulator``.
+
+Example::
+
+    from runtime import EventPublisher
+
+    publisher = EventPublisher("127.0.0.1:9092")
+    run = publisher.run("run-42", tenant_id="acme", agent="support-bot",
+                        model={"provider": "anthropic", "model": "claude-sonnet-4"})
+    run.emit("agent_started", {})
+    run.emit("agent_finished", {"finishReason": "stop"})
+    await publisher.close()
+"""
+
+from ._base import DEFAULT_TOPIC, PublishResult, Record
+from ._buffer import FullPolicy
+from ._emitter import RunEmitter
+from ._errors import DeliveryFailed, EventTooLarge, InvalidEvent, PublisherClosed, PublisherError
+from ._ids import new_event_id, utc_now_rfc3339
+from ._memory import InMemoryPublisher
+from ._publisher import DEFAULT_LINGER_MS, DEFAULT_MAX_BATCH_SIZE, EventPublisher
+from ._stats import PublisherStats
+
+__all__ = [
+    "DEFAULT_LINGER_MS",
+    "DEFAULT_MAX_BATCH_SIZE",
+    "DEFAULT_TOPIC",
+    "DeliveryFailed",
+    "EventPublisher",
+    "EventTooLarge",
+    "FullPolicy",
+    "InMemoryPublisher",
+    "InvalidEvent",
+    "PublishResult",
+    "PublisherClosed",
+    "PublisherError",
+    "PublisherStats",
+    "Record",
+    "RunEmitter",
+    "new_event_id",
+    "utc_now_rfc3339",
+]
