@@ -1,0 +1,223 @@
+"""``prism-pipeline tail``: print a run's events in seq order (Kafka or ledger), or follow all runs.
+
+Exit codes: 0 the run is complete (its terminal and every lower seq printed), 3 it is not
+(timeout, or gaps in the ledger; the missing seqs are listed on stderr), 2 an error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+from typing import Any
+
+from pipeline.settings import Settings, load_settings
+
+__all__ = ["EXIT_INCOMPLETE", "register"]
+
+EXIT_INCOMPLETE = 3
+log = logging.getLogger("prism.replay")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "tail",
+        help="print one run's events in seq order (or follow every run) from Kafka or the ledger",
+        description=(
+            "With --run, prints that run's events in seq order from its Kafka partition "
+            "(from the run's first offset recorded in the ledger when known, else from the "
+            "beginning), each once, and exits 0 after its terminal once every lower seq "
+            "arrived; after --timeout it exits 3 with the missing seqs on stderr. "
+            "--from-ledger replays the run from the ledger's run_events instead. "
+            "With --follow, prints every run's events live, one line per event."
+        ),
+    )
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--run", metavar="RUN_ID", help="the run to print")
+    which.add_argument("--follow", action="store_true", help="tail all runs live")
+    p.add_argument(
+        "--from-ledger",
+        action="store_true",
+        help="with --run: replay from the ledger's run_events, not Kafka",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        metavar="S",
+        help="seconds to wait (--run: default 60, then exit 3; --follow: default none)",
+    )
+    p.add_argument(
+        "--format",
+        choices=("jsonl", "pretty"),
+        default="jsonl",
+        help="jsonl: one envelope per line (default); pretty: a readable summary",
+    )
+    p.add_argument(
+        "--tenant",
+        action="append",
+        default=[],
+        metavar="TENANT",
+        help="with --follow: only this tenant (repeatable)",
+    )
+    p.add_argument(
+        "--type",
+        action="append",
+        default=[],
+        metavar="TYPE",
+        dest="types",
+        help="with --follow: only this event type (repeatable)",
+    )
+    p.add_argument(
+        "--from-beginning",
+        action="store_true",
+        help="with --follow: start at the earliest offsets instead of the end",
+    )
+    p.add_argument("--max-events", type=int, metavar="N", help="with --follow: stop after N events")
+    p.add_argument("--bootstrap", help="Kafka bootstrap servers (PRISM_KAFKA_BOOTSTRAP_SERVERS)")
+    p.add_argument("--topic-prefix", help="topic prefix (PRISM_TOPIC_PREFIX)")
+    p.add_argument("--clickhouse", metavar="DSN", help="ledger DSN (PRISM_CLICKHOUSE_DSN)")
+    p.add_argument("--database", help="ledger database (PRISM_CLICKHOUSE_DATABASE)")
+    p.add_argument(
+        "--no-ledger",
+        action="store_true",
+        help="with --run: do not ask the ledger where the run starts",
+    )
+    p.set_defaults(func=_run)
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    over: dict[str, Any] = {}
+    for opt, name in (
+        ("bootstrap", "kafka_bootstrap_servers"),
+        ("topic_prefix", "topic_prefix"),
+        ("clickhouse", "clickhouse_dsn"),
+        ("database", "clickhouse_database"),
+    ):
+        if getattr(args, opt, None):
+            over[name] = getattr(args, opt)
+    return load_settings(**over)
+
+
+def _check(args: argparse.Namespace) -> None:
+    follow_only = [
+        name
+        for name, given in (
+            ("--tenant", args.tenant),
+            ("--type", args.types),
+            ("--from-beginning", args.from_beginning),
+            ("--max-events", args.max_events is not None),
+        )
+        if given
+    ]
+    if args.run is not None and follow_only:
+        raise ValueError(f"{', '.join(follow_only)} only apply with --follow, not with --run")
+    if args.follow and (args.from_ledger or args.no_ledger):
+        raise ValueError("--from-ledger and --no-ledger only apply with --run")
+    if args.timeout is not None and not args.timeout > 0:
+        raise ValueError(f"--timeout must be a number of seconds > 0, got {args.timeout}")
+    if args.max_events is not None and args.max_events < 1:
+        raise ValueError(f"--max-events must be >= 1, got {args.max_events}")
+
+
+def _run(args: argparse.Namespace) -> int:
+    _check(args)
+    if not args.verbose:  # keep stderr for what the user asked about
+        logging.getLogger("aiokafka").setLevel(logging.WARNING)
+    settings = _settings(args)
+    try:
+        if args.follow:
+            return _follow(args, settings)
+        if args.from_ledger:
+            return _from_ledger(args, settings)
+        return _tail(args, settings)
+    except BrokenPipeError:  # e.g. `| head`: the reader is gone, stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+def _printer(fmt: str, *, with_run: bool = False) -> Any:
+    from pipeline.replay import ReplayEvent, format_event
+
+    def emit(ev: ReplayEvent) -> None:
+        sys.stdout.write(format_event(ev, fmt, with_run=with_run) + "\n")
+        sys.stdout.flush()
+
+    return emit
+
+
+def _tail(args: argparse.Namespace, settings: Settings) -> int:
+    from pipeline.replay import tail_run
+
+    timeout = 60.0 if args.timeout is None else args.timeout
+    start = None if args.no_ledger else _ledger_lookup(settings, args.run)
+    result = asyncio.run(
+        tail_run(settings, args.run, _printer(args.format), timeout=timeout, start_offset=start)
+    )
+    if result.complete:
+        log.debug("%s", result.describe())
+        return 0
+    print(f"timed out after {timeout:g}s: {result.describe()}", file=sys.stderr)
+    return EXIT_INCOMPLETE
+
+
+def _ledger_lookup(settings: Settings, run_id: str) -> Any:
+    """A (topic, partition) -> first offset lookup in the ledger; None when there is no ledger."""
+    import sinks
+    from pipeline.replay import ledger_start_offset
+
+    target = sinks.parse_dsn(settings.clickhouse_dsn)
+    if (
+        target.kind == "chdb"
+        and target.path != ":memory:"
+        and not os.path.exists(target.path or "")
+    ):
+        return None  # no ledger here; do not create one just to look
+
+    def lookup(topic: str, partition: int) -> int | None:
+        database = settings.clickhouse_database
+        try:
+            client = sinks.connect(settings.clickhouse_dsn, database)
+            offset = ledger_start_offset(client, database, topic, partition, run_id)
+        except sinks.LedgerError as exc:
+            log.warning(
+                "ledger not consulted, reading %s[%d] from the beginning: %s", topic, partition, exc
+            )
+            return None
+        log.debug("ledger: run %s starts at %s[%d] offset %s", run_id, topic, partition, offset)
+        return offset
+
+    return lookup
+
+
+def _from_ledger(args: argparse.Namespace, settings: Settings) -> int:
+    import sinks
+    from pipeline.replay import replay_from_ledger
+
+    client = sinks.connect(settings.clickhouse_dsn, settings.clickhouse_database)
+    result = replay_from_ledger(
+        client, settings.clickhouse_database, args.run, _printer(args.format)
+    )
+    if result.complete:
+        return 0
+    print(result.describe(), file=sys.stderr)
+    return EXIT_INCOMPLETE
+
+
+def _follow(args: argparse.Namespace, settings: Settings) -> int:
+    from pipeline.replay import follow
+
+    result = asyncio.run(
+        follow(
+            settings,
+            _printer(args.format, with_run=True),
+            tenants=args.tenant,
+            types=args.types,
+            from_beginning=args.from_beginning,
+            timeout=args.timeout,
+            max_events=args.max_events,
+        )
+    )
+    log.debug("follow: %s", result)
+    return 0

@@ -1,0 +1,290 @@
+"""``rebuild``: replay the input topic from its earliest offsets into a fresh ledger database.
+
+The same core as the worker, fed the same way: one ``Processor`` per source partition,
+deliveries carrying their Kafka positions, limit deaths through one ``ExhaustionAlerter``,
+rows through ``sinks.LedgerWriter``. It stops at the end offsets captured when it started,
+reads without a consumer group (no offset is committed anywhere) and produces nothing, so
+the live worker and its output topics are untouched. Grace periods that were still open at
+the end are treated as elapsed, as the live worker's timer would.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from aiokafka import TopicPartition
+
+from schemas import ContractViolation, parse_batch
+
+from ..core import Delivery, ExhaustionAlerter, Output, Processor
+from ..ingest import dead_letter_row
+from ..settings import Settings
+from ._errors import RebuildRefused
+from ._ledger import _check_identifier
+from ._tail import _consumer, topic_partitions
+
+__all__ = ["RebuildSummary", "rebuild"]
+
+log = logging.getLogger("prism.replay")
+
+_POLL_MS = 1000
+
+
+@dataclass(slots=True)
+class RebuildSummary:
+    """What a rebuild read and wrote; ``render()`` is what the CLI prints."""
+
+    database: str
+    topic: str
+    offsets: dict[int, tuple[int, int]] = field(default_factory=dict)  # partition -> (begin, end)
+    records: int = 0
+    dead_letters: int = 0
+    alerts: int = 0
+    stats: Counter[str] = field(default_factory=Counter)
+    runs_by_status: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def total(self) -> int:
+        """Offsets to replay: the sum of end minus beginning offsets over the partitions."""
+        return sum(end - begin for begin, end in self.offsets.values())
+
+    def render(self) -> str:
+        quarantine = {
+            k.split(".", 1)[1]: v for k, v in self.stats.items() if k.startswith("quarantine.")
+        }
+        return "\n".join(
+            [
+                f"rebuilt into:    {self.database} (from {self.topic}, "
+                f"{len(self.offsets)} partitions)",
+                f"records read:    {self.records} of {self.total} offsets in {self.seconds:.1f}s",
+                f"events applied:  {self.stats['applied']}",
+                f"duplicates:      {self.stats['duplicate']}",
+                "runs by status:  "
+                + (", ".join(f"{k}={v}" for k, v in sorted(self.runs_by_status.items())) or "none"),
+                f"dead letters:    {self.dead_letters}",
+                "quarantined:     "
+                + (", ".join(f"{k}={v}" for k, v in sorted(quarantine.items())) or "none"),
+                f"alerts:          {self.alerts}",
+            ]
+        )
+
+
+async def rebuild(
+    settings: Settings,
+    client: Any,
+    database: str,
+    *,
+    force: bool = False,
+    progress: bool = False,
+    batch_size: int = 5000,
+    clock: Callable[[], float] = time.time,
+) -> RebuildSummary:
+    """Replay ``settings``' input topic from the earliest offsets into ``database``.
+
+    The database is migrated first; one that already holds runs is refused
+    (``RebuildRefused``) unless ``force``. ``progress`` shows a tqdm bar on stderr.
+
+    Example::
+
+        client = sinks.connect("chdb://./.data/ledger", "prism_rebuilt")
+        summary = await rebuild(load_settings(), client, "prism_rebuilt", progress=True)
+        print(summary.render())
+    """
+    import sinks
+
+    _check_identifier(database)
+    existing = _runs_in(client, database)
+    if existing and not force:
+        raise RebuildRefused(
+            f"database {database!r} already holds {existing} runs; rebuild into a new database "
+            "(--database NEW_DB) or pass --force to write into this one anyway"
+        )
+    sinks.migrate(
+        client,
+        database,
+        cluster=settings.clickhouse_cluster,
+        raw_event_ttl_days=settings.raw_event_ttl_days,
+    )
+    writer = sinks.LedgerWriter(
+        client,
+        database,
+        max_rows=max(10 * batch_size, 50_000),
+        max_seconds=max(1.0, settings.batch_max_seconds),
+    )
+    topic = settings.topics.input
+    tps = [TopicPartition(topic, p) for p in await topic_partitions(settings, topic)]
+    replay = _Replay(settings, writer, topic, clock)
+    consumer = _consumer(settings)
+    started = time.monotonic()
+    await consumer.start()
+    try:
+        begin = await consumer.beginning_offsets(tps)
+        end = await consumer.end_offsets(tps)  # the stop line, fixed now
+        summary = RebuildSummary(
+            database, topic, {tp.partition: (begin[tp], end[tp]) for tp in tps}
+        )
+        log.info(
+            "rebuilding %s into %s: %d offsets over %d partitions",
+            topic,
+            database,
+            summary.total,
+            len(tps),
+        )
+        consumer.assign(tps)
+        active = [tp for tp in tps if end[tp] > begin[tp]]
+        for tp in tps:
+            if tp in active:
+                consumer.seek(tp, begin[tp])
+            else:
+                consumer.pause(tp)
+        await _consume(consumer, active, begin, end, replay, summary, progress, batch_size)
+    finally:
+        await consumer.stop()
+    replay.finish()
+    summary.stats, summary.alerts = replay.stats, replay.alerts
+    summary.dead_letters, summary.runs_by_status = (
+        replay.dead_letters,
+        dict(Counter(replay.statuses.values())),
+    )
+    summary.seconds = time.monotonic() - started
+    return summary
+
+
+async def _consume(
+    consumer: Any,
+    active: list[TopicPartition],
+    begin: dict[TopicPartition, int],
+    end: dict[TopicPartition, int],
+    replay: _Replay,
+    summary: RebuildSummary,
+    progress: bool,
+    batch_size: int,
+) -> None:
+    from tqdm import tqdm
+
+    position = dict(begin)
+    with tqdm(
+        total=summary.total,
+        unit="rec",
+        desc=f"rebuild {summary.database}",
+        file=sys.stderr,
+        disable=not progress,
+    ) as bar:
+        while active:
+            batch = await consumer.getmany(*active, timeout_ms=_POLL_MS, max_records=batch_size)
+            for tp, records in sorted(batch.items()):
+                records = [r for r in records if r.offset < end[tp]]
+                if records:
+                    replay.partition_batch(tp.partition, records)
+                    summary.records += len(records)
+            for tp in list(active):
+                pos = min(await consumer.position(tp), end[tp])
+                bar.update(pos - position[tp])
+                position[tp] = pos
+                if pos >= end[tp]:
+                    consumer.pause(tp)
+                    active.remove(tp)
+            replay.maybe_flush()
+
+
+class _Replay:
+    """The worker's per-batch steps, without topics: parse, core per partition, alerts, ledger."""
+
+    def __init__(
+        self, settings: Settings, writer: Any, topic: str, clock: Callable[[], float]
+    ) -> None:
+        self.settings = settings
+        from ..worker import core_config  # the worker's own mapping of settings to the core
+
+        self.config = core_config(settings)
+        self.writer = writer
+        self.topic = topic
+        self.clock = clock
+        self.processors: dict[int, Processor] = {}
+        self.last_offset: dict[int, int] = {}
+        self.alerter = ExhaustionAlerter(self.config.alert_window_s, self.config.alert_threshold)
+        self.stats: Counter[str] = Counter()
+        self.statuses: dict[str, str] = {}
+        self.alerts = 0
+        self.dead_letters = 0
+
+    def partition_batch(self, partition: int, records: Sequence[Any]) -> None:
+        from sinks import SourceRange
+
+        now = self.clock()
+        received = datetime.fromtimestamp(now, tz=UTC)
+        proc = self.processors.setdefault(partition, Processor(self.config, partition))
+        out = Output()
+        deliveries = []
+        parsed = parse_batch(
+            [r.value or b"" for r in records], max_bytes=self.settings.max_event_bytes
+        )
+        for rec, item in zip(records, parsed, strict=True):
+            if isinstance(item, ContractViolation):
+                out.ledger.dead_letters.append(
+                    dead_letter_row(
+                        rec.value or b"", item, rec.topic, partition, rec.offset, received
+                    )
+                )
+                out.stats[f"dlq.{item.code}"] += 1
+            else:
+                deliveries.append(
+                    Delivery(
+                        item, rec.topic, partition, rec.offset, received, _traceparent(rec.headers)
+                    )
+                )
+        out.extend(proc.process(deliveries, now))
+        self.last_offset[partition] = records[-1].offset
+        self._emit(out, SourceRange(self.topic, partition, records[0].offset, records[-1].offset))
+
+    def finish(self) -> None:
+        """Close what waited on a grace period, as the live worker's timer does, then flush."""
+        from sinks import SourceRange
+
+        now = self.clock() + self.config.grace_period_s
+        for partition, proc in sorted(self.processors.items()):
+            offset = self.last_offset[partition]
+            self._emit(proc.tick(now), SourceRange("tick:" + self.topic, partition, offset, offset))
+        self.writer.flush()
+
+    def maybe_flush(self) -> None:
+        if self.writer.should_flush():
+            self.writer.flush()
+
+    def _emit(self, out: Output, rng: Any) -> None:
+        wm = max(p.watermark_us for p in self.processors.values())
+        rows = self.alerter.observe(out.limit_deaths) + self.alerter.advance(wm)
+        out.ledger.alerts.extend(rows)
+        self.stats.update(out.stats)
+        self.alerts += len(out.ledger.alerts)
+        self.dead_letters += len(out.ledger.dead_letters)
+        for row in out.ledger.runs:
+            self.statuses[row.run_id] = row.status
+        if len(out.ledger):
+            self.writer.add(out.ledger, rng)
+
+
+def _runs_in(client: Any, database: str) -> int:
+    """Runs already stored in ``database`` (0 when it or its tables do not exist yet)."""
+    exists = client.query(
+        "SELECT count() FROM system.tables WHERE database = {db:String} AND name = 'runs_store'",
+        parameters={"db": database},
+    ).result_rows[0][0]
+    if not exists:
+        return 0
+    return int(client.query(f"SELECT count() FROM {database}.runs_store").result_rows[0][0])
+
+
+def _traceparent(headers: Any) -> str | None:
+    for key, value in headers or ():
+        if key == "traceparent":
+            return value.decode() if isinstance(value, bytes) else str(value)
+    return None
