@@ -19,6 +19,16 @@ __all__ = ["build_parser", "main"]
 # Command modules, in the order they appear in --help.
 COMMAND_MODULES = [
     "pipeline.commands.devstack",
+    "pipeline.commands.worker",
+    "pipeline.commands.ingest_file",
+    "pipeline.commands.schema",
+    "pipeline.commands.migrate",
+    "pipeline.commands.query",
+    "pipeline.commands.billing",
+    "pipeline.commands.dashboards",
+    "pipeline.commands.simulate",
+    "pipeline.commands.tail",
+    "pipeline.commands.rebuild",
 ]
 
 

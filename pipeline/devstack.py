@@ -184,22 +184,38 @@ class LocalKafka:
         data = self.state_dir / "data"
         props = self._write_config(data, cport)
         classpath = f"{lib}/*"
-        base = [java, f"-Xmx{self.heap}", f"-Xms{self.heap}", "-cp", classpath,
-                f"-Dlog4j2.configurationFile={self.state_dir / 'log4j2.properties'}",
-                f"-Dkafka.logs.dir={self.state_dir}"]
+        base = [
+            java,
+            f"-Xmx{self.heap}",
+            f"-Xms{self.heap}",
+            "-cp",
+            classpath,
+            f"-Dlog4j2.configurationFile={self.state_dir / 'log4j2.properties'}",
+            f"-Dkafka.logs.dir={self.state_dir}",
+        ]
         if not (data / "meta.properties").exists():
             cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
             fmt = subprocess.run(
-                [*base, "kafka.tools.StorageTool", "format", "--standalone",
-                 f"--cluster-id={cluster_id}", f"--config={props}"],
-                capture_output=True, text=True, check=False,
+                [
+                    *base,
+                    "kafka.tools.StorageTool",
+                    "format",
+                    "--standalone",
+                    f"--cluster-id={cluster_id}",
+                    f"--config={props}",
+                ],
+                capture_output=True,
+                text=True,
+                check=False,
             )
             if fmt.returncode != 0:
                 raise DevstackError(f"formatting KRaft storage failed:\n{fmt.stderr[-2000:]}")
         with open(self.log_file, "ab") as log:
             proc = subprocess.Popen(
                 [*base, "-XX:+UseG1GC", "kafka.Kafka", str(props)],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
                 start_new_session=True,
             )
         self._pid_file.write_text(str(proc.pid))
@@ -247,43 +263,47 @@ class LocalKafka:
     def _write_config(self, data: Path, cport: int) -> Path:
         props = self.state_dir / "server.properties"
         props.write_text(
-            "\n".join([
-                "process.roles=broker,controller",
-                "node.id=1",
-                f"controller.quorum.bootstrap.servers=127.0.0.1:{cport}",
-                f"listeners=PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{cport}",
-                f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port}",
-                "controller.listener.names=CONTROLLER",
-                "inter.broker.listener.name=PLAINTEXT",
-                "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
-                f"log.dirs={data}",
-                f"num.partitions={self.partitions}",
-                "offsets.topic.replication.factor=1",
-                "offsets.topic.num.partitions=4",
-                "transaction.state.log.replication.factor=1",
-                "transaction.state.log.min.isr=1",
-                "share.coordinator.state.topic.replication.factor=1",
-                "share.coordinator.state.topic.min.isr=1",
-                "group.initial.rebalance.delay.ms=0",
-                "auto.create.topics.enable=true",
-                "message.max.bytes=4194304",
-                "log.flush.interval.messages=9223372036854775807",
-                "",
-            ])
+            "\n".join(
+                [
+                    "process.roles=broker,controller",
+                    "node.id=1",
+                    f"controller.quorum.bootstrap.servers=127.0.0.1:{cport}",
+                    f"listeners=PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{cport}",
+                    f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port}",
+                    "controller.listener.names=CONTROLLER",
+                    "inter.broker.listener.name=PLAINTEXT",
+                    "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+                    f"log.dirs={data}",
+                    f"num.partitions={self.partitions}",
+                    "offsets.topic.replication.factor=1",
+                    "offsets.topic.num.partitions=4",
+                    "transaction.state.log.replication.factor=1",
+                    "transaction.state.log.min.isr=1",
+                    "share.coordinator.state.topic.replication.factor=1",
+                    "share.coordinator.state.topic.min.isr=1",
+                    "group.initial.rebalance.delay.ms=0",
+                    "auto.create.topics.enable=true",
+                    "message.max.bytes=4194304",
+                    "log.flush.interval.messages=9223372036854775807",
+                    "",
+                ]
+            )
         )
         (self.state_dir / "log4j2.properties").write_text(
-            "\n".join([
-                "status = warn",
-                "appender.out.type = Console",
-                "appender.out.name = out",
-                "appender.out.layout.type = PatternLayout",
-                "appender.out.layout.pattern = [%d] %p %m (%c)%n",
-                "rootLogger.level = WARN",
-                "rootLogger.appenderRef.out.ref = out",
-                "logger.kafka.name = kafka.server.KafkaRaftServer",
-                "logger.kafka.level = INFO",
-                "",
-            ])
+            "\n".join(
+                [
+                    "status = warn",
+                    "appender.out.type = Console",
+                    "appender.out.name = out",
+                    "appender.out.layout.type = PatternLayout",
+                    "appender.out.layout.pattern = [%d] %p %m (%c)%n",
+                    "rootLogger.level = WARN",
+                    "rootLogger.appenderRef.out.ref = out",
+                    "logger.kafka.name = kafka.server.KafkaRaftServer",
+                    "logger.kafka.level = INFO",
+                    "",
+                ]
+            )
         )
         return props
 

@@ -49,25 +49,48 @@ class IngestSummary:
     alerts: int = 0
 
     def render(self) -> str:
-        out = [f"lines read:      {self.lines}",
-               f"events applied:  {self.stats['applied']}",
-               f"duplicates:      {self.stats['duplicate']}"]
-        out.append("runs by status:  " + (", ".join(
-            f"{k}={v}" for k, v in sorted(self.runs_by_status.items())) or "none"))
-        out.append("dead letters:    " + (", ".join(
-            f"{k}={v}" for k, v in sorted(self.dlq.items())) or "none"))
-        quarantine = {k.split(".", 1)[1]: v for k, v in self.stats.items() if k.startswith("quarantine.")}
-        out.append("quarantined:     " + (", ".join(
-            f"{k}={v}" for k, v in sorted(quarantine.items())) or "none"))
+        out = [
+            f"lines read:      {self.lines}",
+            f"events applied:  {self.stats['applied']}",
+            f"duplicates:      {self.stats['duplicate']}",
+        ]
+        out.append(
+            "runs by status:  "
+            + (", ".join(f"{k}={v}" for k, v in sorted(self.runs_by_status.items())) or "none")
+        )
+        out.append(
+            "dead letters:    "
+            + (", ".join(f"{k}={v}" for k, v in sorted(self.dlq.items())) or "none")
+        )
+        quarantine = {
+            k.split(".", 1)[1]: v for k, v in self.stats.items() if k.startswith("quarantine.")
+        }
+        out.append(
+            "quarantined:     "
+            + (", ".join(f"{k}={v}" for k, v in sorted(quarantine.items())) or "none")
+        )
         out.append(f"alerts:          {self.alerts}")
         return "\n".join(out)
 
 
-def dead_letter_row(raw: bytes, violation: ContractViolation, source: str, partition: int,
-                    offset: int, received_at: datetime) -> DeadLetterRow:
+def dead_letter_row(
+    raw: bytes,
+    violation: ContractViolation,
+    source: str,
+    partition: int,
+    offset: int,
+    received_at: datetime,
+) -> DeadLetterRow:
     """The dead-letter row of a record that could not be parsed or breaks the contract."""
-    return DeadLetterRow(source=source, partition=partition, offset=offset, code=violation.code,
-                         reason=violation.reason, raw=raw, received_at=received_at)
+    return DeadLetterRow(
+        source=source,
+        partition=partition,
+        offset=offset,
+        code=violation.code,
+        reason=violation.reason,
+        raw=raw,
+        received_at=received_at,
+    )
 
 
 def iter_lines(stream: BinaryIO) -> Iterator[bytes]:
@@ -107,10 +130,13 @@ def ingest_lines(
         line_no += len(chunk)
         out = Output()
         deliveries = []
-        for (num, raw), parsed in zip(numbered, parse_batch([v for _, v in numbered], **kwargs),
-                                      strict=True):
+        for (num, raw), parsed in zip(
+            numbered, parse_batch([v for _, v in numbered], **kwargs), strict=True
+        ):
             if isinstance(parsed, ContractViolation):
-                out.ledger.dead_letters.append(dead_letter_row(raw, parsed, source, -1, num, received))
+                out.ledger.dead_letters.append(
+                    dead_letter_row(raw, parsed, source, -1, num, received)
+                )
                 summary.dlq[parsed.code] += 1
             else:
                 deliveries.append(Delivery(parsed, source, -1, num, received))
@@ -135,8 +161,9 @@ def _alerts(out: Output, alerter: ExhaustionAlerter, proc: Processor) -> None:
     out.alerts.extend(alert_record(r) for r in rows)
 
 
-def _emit(out: Output, sink: LedgerSink | None, rng: Any, summary: IngestSummary,
-          statuses: dict[str, str]) -> None:
+def _emit(
+    out: Output, sink: LedgerSink | None, rng: Any, summary: IngestSummary, statuses: dict[str, str]
+) -> None:
     summary.stats.update(out.stats)
     summary.alerts += len(out.ledger.alerts)
     for row in out.ledger.runs:
@@ -148,4 +175,4 @@ def _emit(out: Output, sink: LedgerSink | None, rng: Any, summary: IngestSummary
 
 def open_input(path: str) -> BinaryIO:
     """``-`` is standard input."""
-    return sys.stdin.buffer if path == "-" else open(path, "rb")  # noqa: SIM115
+    return sys.stdin.buffer if path == "-" else open(path, "rb")

@@ -62,9 +62,7 @@ class Settings(BaseSettings):
     partitions: int = Field(default=4, ge=1, le=1024)
     replication_factor: int = Field(default=1, ge=1, le=16)
     consumer_group: str = "prism-pipeline"
-    kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_SSL", "SASL_PLAINTEXT"] = (
-        "PLAINTEXT"
-    )
+    kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_SSL", "SASL_PLAINTEXT"] = "PLAINTEXT"
     kafka_sasl_mechanism: Literal["SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN"] = "SCRAM-SHA-512"
     kafka_sasl_username: str | None = None
     kafka_sasl_password: SecretStr | None = None

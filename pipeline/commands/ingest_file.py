@@ -43,22 +43,35 @@ def _run(args: argparse.Namespace) -> int:
     if args.path != "-" and not os.path.isfile(args.path):
         raise FileNotFoundError(f"no such file: {args.path!r}")
     client = sinks.connect(settings.clickhouse_dsn, settings.clickhouse_database)
-    sinks.migrate(client, settings.clickhouse_database, cluster=settings.clickhouse_cluster,
-                  raw_event_ttl_days=settings.raw_event_ttl_days)
+    sinks.migrate(
+        client,
+        settings.clickhouse_database,
+        cluster=settings.clickhouse_cluster,
+        raw_event_ttl_days=settings.raw_event_ttl_days,
+    )
     writer = sinks.LedgerWriter(client, settings.clickhouse_database)
     bar = None
     if not args.no_progress and sys.stderr.isatty():
         from tqdm import tqdm
 
         total = os.path.getsize(args.path) if args.path != "-" else None
-        bar = tqdm(total=None if total is None else _count_lines(args.path), unit="line",
-                   desc="ingest", file=sys.stderr)
+        bar = tqdm(
+            total=None if total is None else _count_lines(args.path),
+            unit="line",
+            desc="ingest",
+            file=sys.stderr,
+        )
     source = "file:" + ("<stdin>" if args.path == "-" else os.path.abspath(args.path))
     with open_input(args.path) as stream:
-        summary = ingest_lines(iter_lines(stream), source=source, sink=writer,
-                               config=core_config(settings), batch_size=args.batch_size,
-                               max_event_bytes=settings.max_event_bytes,
-                               on_batch=bar.update if bar is not None else None)
+        summary = ingest_lines(
+            iter_lines(stream),
+            source=source,
+            sink=writer,
+            config=core_config(settings),
+            batch_size=args.batch_size,
+            max_event_bytes=settings.max_event_bytes,
+            on_batch=bar.update if bar is not None else None,
+        )
     if bar is not None:
         bar.close()
     print(summary.render())

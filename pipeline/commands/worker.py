@@ -38,8 +38,11 @@ def overrides(args: argparse.Namespace) -> dict[str, object]:
         "state_dir": "state_dir",
         "state_store": "state_store",
     }
-    return {field: getattr(args, opt) for opt, field in mapping.items()
-            if getattr(args, opt, None) is not None}
+    return {
+        field: getattr(args, opt)
+        for opt, field in mapping.items()
+        if getattr(args, opt, None) is not None
+    }
 
 
 def _run(args: argparse.Namespace) -> int:

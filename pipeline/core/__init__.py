@@ -15,7 +15,7 @@ Example::
 from ._alerts import ExhaustionAlerter, alert_record
 from ._processor import Processor
 from ._run import RunState
-from ._types import CoreConfig, Delivery, LimitDeath, OutRecord, Output
+from ._types import CoreConfig, Delivery, LimitDeath, Output, OutRecord
 
 __all__ = [
     "CoreConfig",

@@ -46,13 +46,17 @@ class ExhaustionAlerter:
         for death in sorted(deaths, key=lambda d: (d.ts, d.run_id)):
             k = self.keys.setdefault((death.tenant_id, death.axis), _Key())
             ts = to_us(death.ts)
-            if ts <= self.watermark_us - self.window_us or any(r == death.run_id for _, r in k.deaths):
+            if ts <= self.watermark_us - self.window_us or any(
+                r == death.run_id for _, r in k.deaths
+            ):
                 continue  # already counted, or too old to count
             bisect.insort(k.deaths, (ts, death.run_id))
             self.watermark_us = max(self.watermark_us, ts)
             count = self._count(k, ts)
             if k.firing is None and count >= self.threshold:
-                alert_id = f"{RULE_EXHAUSTION}:{death.tenant_id}:{death.axis}:{from_us(ts).isoformat()}"
+                alert_id = (
+                    f"{RULE_EXHAUSTION}:{death.tenant_id}:{death.axis}:{from_us(ts).isoformat()}"
+                )
                 k.firing = {"id": alert_id, "start_us": ts, "version": 1}
                 rows.append(self._row((death.tenant_id, death.axis), k, "firing", ts, count))
         return rows
@@ -81,10 +85,14 @@ class ExhaustionAlerter:
         return hi - lo
 
     def to_bytes(self) -> bytes:
-        return orjson.dumps({
-            "w": self.window_us, "t": self.threshold, "wm": self.watermark_us,
-            "k": [[list(key), k.deaths, k.firing] for key, k in self.keys.items()],
-        })
+        return orjson.dumps(
+            {
+                "w": self.window_us,
+                "t": self.threshold,
+                "wm": self.watermark_us,
+                "k": [[list(key), k.deaths, k.firing] for key, k in self.keys.items()],
+            }
+        )
 
     @classmethod
     def from_bytes(cls, raw: bytes) -> ExhaustionAlerter:
@@ -120,8 +128,9 @@ class ExhaustionAlerter:
         )
 
 
-def stale_alert(run_id: str, tenant: str | None, last_us: int, wm_us: int, stale_after_s: float,
-                state: str) -> AlertRow:
+def stale_alert(
+    run_id: str, tenant: str | None, last_us: int, wm_us: int, stale_after_s: float, state: str
+) -> AlertRow:
     """The alert of a run with no terminal for longer than the stale threshold."""
     return AlertRow(
         alert_id=f"{RULE_STALE}:{run_id}",
@@ -135,7 +144,7 @@ def stale_alert(run_id: str, tenant: str | None, last_us: int, wm_us: int, stale
         window_end=from_us(wm_us),
         ts=from_us(wm_us),
         message=(
-            f"run {run_id} has no terminal event {((wm_us - last_us) / 1e6):.0f}s after its last event"
+            f"run {run_id} has no terminal event {(wm_us - last_us) / 1e6:.0f}s after its last one"
             if state == "firing"
             else f"run {run_id} reached its terminal after being marked incomplete"
         ),
@@ -160,4 +169,3 @@ def alert_record(row: AlertRow) -> OutRecord:
         "version": row.version,
     }
     return OutRecord(key=row.alert_id.encode(), value=orjson.dumps(value))
-

@@ -32,7 +32,9 @@ class CacheMinutes:
         self.buckets: dict[tuple[int, str, str, str], list[int]] = {}
         self._dirty: set[tuple[int, str, str, str]] = set()
 
-    def add_turn(self, ts_us: int, tenant: str, provider: str, model: str, d: dict[str, Any]) -> None:
+    def add_turn(
+        self, ts_us: int, tenant: str, provider: str, model: str, d: dict[str, Any]
+    ) -> None:
         key = (ts_us - ts_us % _MINUTE_US, tenant, provider, model)
         c = self.buckets.get(key)
         if c is None:

@@ -27,7 +27,7 @@ from ._alerts import alert_record, stale_alert
 from ._cache import CacheMinutes
 from ._run import RunState, from_us, to_us
 from ._timeline import run_row, turn_rows, view_of
-from ._types import CoreConfig, Delivery, LimitDeath, OutRecord, Output
+from ._types import CoreConfig, Delivery, LimitDeath, Output, OutRecord
 
 __all__ = ["Processor"]
 
@@ -113,7 +113,9 @@ class Processor:
         self._tick(now, out, final=False)
         return self._finish(out)
 
-    def _apply_one(self, d: Delivery, now: float, out: Output, touched: dict[str, set[_TurnKey]]) -> None:
+    def _apply_one(
+        self, d: Delivery, now: float, out: Output, touched: dict[str, set[_TurnKey]]
+    ) -> None:
         ev = d.event
         ts_us = to_us(ev.ts)
         if ts_us > self.watermark_us:
@@ -134,9 +136,17 @@ class Processor:
             return
         data = _data_of(ev)
         if is_terminal:
-            if term is not None:  # a lower-seq terminal wins; what lay above it is now post-terminal
+            if (
+                term is not None
+            ):  # a lower-seq terminal wins; what lay above it is now post-terminal
                 self._retro_quarantine(run, ev.seq, d, out)
-            run.terminal = {"seq": ev.seq, "type": ev.type, "id": ev.event_id, "ts": ts_us, "arrived": now}
+            run.terminal = {
+                "seq": ev.seq,
+                "type": ev.type,
+                "id": ev.event_id,
+                "ts": ts_us,
+                "arrived": now,
+            }
             run.closed = False
             self._open.discard(run.run_id)
             self._pending_close.add(run.run_id)
@@ -152,7 +162,9 @@ class Processor:
         if ev.type == "provider_turn_finished":
             keys.add(("model", data["turn"], data["attempt"]))
             m = run.meta_value
-            self.cache.add_turn(ts_us, m("tenant_id") or "", m("provider") or "", m("model") or "", data)
+            self.cache.add_turn(
+                ts_us, m("tenant_id") or "", m("provider") or "", m("model") or "", data
+            )
         elif ev.type == "deterministic_turn_finished":
             keys.add(("deterministic", data["turn"], 0))
         elif ev.type == "usage_recorded":
@@ -166,9 +178,18 @@ class Processor:
         out.stats[f"quarantine.{reason}"] += 1
         out.ledger.quarantine.append(
             QuarantineRow(
-                event_id=ev.event_id, run_id=ev.run_id, seq=ev.seq, type=ev.type, ts=ev.ts,
-                tenant_id=ev.tenant_id, reason=reason, payload=wire.decode(), source=d.source,
-                partition=d.partition, offset=d.offset, received_at=d.received_at,
+                event_id=ev.event_id,
+                run_id=ev.run_id,
+                seq=ev.seq,
+                type=ev.type,
+                ts=ev.ts,
+                tenant_id=ev.tenant_id,
+                reason=reason,
+                payload=wire.decode(),
+                source=d.source,
+                partition=d.partition,
+                offset=d.offset,
+                received_at=d.received_at,
             )
         )
         out.quarantined.append(
@@ -188,14 +209,28 @@ class Processor:
         """Facts above a newly arrived lower terminal leave the run (their raw rows stay logged)."""
         for seq in [s for s in run.facts if s > new_term_seq]:
             fact = run.facts.pop(seq)
-            reason = "conflicting_terminal" if is_terminal_agent_event_type(fact["t"]) else "post_terminal"
+            reason = (
+                "conflicting_terminal"
+                if is_terminal_agent_event_type(fact["t"])
+                else "post_terminal"
+            )
             out.stats[f"quarantine.{reason}"] += 1
             out.ledger.quarantine.append(
                 QuarantineRow(
-                    event_id=fact["id"], run_id=run.run_id, seq=seq, type=fact["t"],
-                    ts=from_us(fact["ts"]), tenant_id=run.meta_value("tenant_id"), reason=reason,
-                    payload=orjson.dumps({"type": fact["t"], "seq": seq, "data": fact["d"]}).decode(),
-                    source=d.source, partition=d.partition, offset=-1, received_at=d.received_at,
+                    event_id=fact["id"],
+                    run_id=run.run_id,
+                    seq=seq,
+                    type=fact["t"],
+                    ts=from_us(fact["ts"]),
+                    tenant_id=run.meta_value("tenant_id"),
+                    reason=reason,
+                    payload=orjson.dumps(
+                        {"type": fact["t"], "seq": seq, "data": fact["d"]}
+                    ).decode(),
+                    source=d.source,
+                    partition=d.partition,
+                    offset=-1,
+                    received_at=d.received_at,
                 )
             )
         run.revision += 1
@@ -232,8 +267,17 @@ class Processor:
                 )
             )
         if run.alerts.get("stale_run") == "firing":
-            self._alert(out, stale_alert(run.run_id, run.meta_value("tenant_id"), run.last_us or 0,
-                                         self.watermark_us, self.config.stale_after_s, "resolved"))
+            self._alert(
+                out,
+                stale_alert(
+                    run.run_id,
+                    run.meta_value("tenant_id"),
+                    run.last_us or 0,
+                    self.watermark_us,
+                    self.config.stale_after_s,
+                    "resolved",
+                ),
+            )
             run.alerts["stale_run"] = "resolved"
         self._retire.append((self.watermark_us, run.run_id))
         if not row.missing_seqs:
@@ -251,7 +295,11 @@ class Processor:
             run = self.runs[run_id]
             term = run.terminal
             assert term is not None
-            if final or self.watermark_us >= term["ts"] + grace_us or now >= term["arrived"] + cfg.grace_period_s:
+            if (
+                final
+                or self.watermark_us >= term["ts"] + grace_us
+                or now >= term["arrived"] + cfg.grace_period_s
+            ):
                 self._close(run, view_of(run), out)
         if final or self.watermark_us - self._last_scan_us >= 1_000_000:
             self._last_scan_us = self.watermark_us
@@ -285,8 +333,17 @@ class Processor:
         out.ledger.runs.append(run_row(run, view, timeline=True))
         out.stats["incomplete"] += 1
         if run.alerts.get("stale_run") != "firing":
-            self._alert(out, stale_alert(run.run_id, run.meta_value("tenant_id"), run.last_us or 0,
-                                         self.watermark_us, self.config.stale_after_s, "firing"))
+            self._alert(
+                out,
+                stale_alert(
+                    run.run_id,
+                    run.meta_value("tenant_id"),
+                    run.last_us or 0,
+                    self.watermark_us,
+                    self.config.stale_after_s,
+                    "firing",
+                ),
+            )
             run.alerts["stale_run"] = "firing"
         self._dirty.add(run.run_id)
 
@@ -319,14 +376,25 @@ def _data_of(ev: Any) -> dict[str, Any]:
 def _raw_row(d: Delivery, ev: Any, data: dict[str, Any]) -> RawEventRow:
     agent, model, parent = ev.agent, ev.model, ev.parent
     return RawEventRow(
-        event_id=ev.event_id, run_id=ev.run_id, seq=ev.seq, type=ev.type, ts=ev.ts,
-        tenant_id=ev.tenant_id, account_id=ev.account_id, user_id=ev.user_id,
-        session_id=ev.session_id, agent_id=agent.id if agent is not None else None,
+        event_id=ev.event_id,
+        run_id=ev.run_id,
+        seq=ev.seq,
+        type=ev.type,
+        ts=ev.ts,
+        tenant_id=ev.tenant_id,
+        account_id=ev.account_id,
+        user_id=ev.user_id,
+        session_id=ev.session_id,
+        agent_id=agent.id if agent is not None else None,
         provider=model.provider if model is not None else None,
         model=model.model if model is not None else None,
         parent_run_id=parent.run_id if parent is not None else None,
-        bundle_digest=ev.bundle_digest, payload=orjson.dumps(data).decode(),
-        traceparent=d.traceparent, source=d.source, partition=d.partition, offset=d.offset,
+        bundle_digest=ev.bundle_digest,
+        payload=orjson.dumps(data).decode(),
+        traceparent=d.traceparent,
+        source=d.source,
+        partition=d.partition,
+        offset=d.offset,
         received_at=d.received_at,
     )
 
@@ -335,13 +403,25 @@ def _usage_row(d: Delivery, ev: Any, data: dict[str, Any]) -> UsageRow:
     u = ev.data.usage
     model = ev.model
     return UsageRow(
-        event_id=ev.event_id, run_id=ev.run_id, seq=ev.seq, tenant_id=ev.tenant_id,
-        account_id=ev.account_id, provider=model.provider if model is not None else None,
-        model=model.model if model is not None else None, scope=data["scope"],
-        turn=data.get("turn"), attempt=data.get("attempt"), entry_id=data.get("entryId"),
-        input_tokens=u.input_tokens, output_tokens=u.output_tokens, total_tokens=u.total_tokens,
-        cache_read_tokens=u.cache_read_tokens, cache_write_tokens=u.cache_write_tokens,
-        cost=u.cost, currency=u.currency, estimated=bool(u.estimated), confidence=u.confidence,
+        event_id=ev.event_id,
+        run_id=ev.run_id,
+        seq=ev.seq,
+        tenant_id=ev.tenant_id,
+        account_id=ev.account_id,
+        provider=model.provider if model is not None else None,
+        model=model.model if model is not None else None,
+        scope=data["scope"],
+        turn=data.get("turn"),
+        attempt=data.get("attempt"),
+        entry_id=data.get("entryId"),
+        input_tokens=u.input_tokens,
+        output_tokens=u.output_tokens,
+        total_tokens=u.total_tokens,
+        cache_read_tokens=u.cache_read_tokens,
+        cache_write_tokens=u.cache_write_tokens,
+        cost=u.cost,
+        currency=u.currency,
+        estimated=bool(u.estimated),
+        confidence=u.confidence,
         recorded_at=ev.ts,
     )
-

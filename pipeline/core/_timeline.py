@@ -51,13 +51,9 @@ class RunView:
     exhausted: dict[str, Any] | None = None
     turn_seq: dict[tuple[str, int, int], int] = field(default_factory=dict)
     # usage shown on a turn: the turn event's own usage or a usage_recorded row
-    turn_usage: dict[tuple[int, int], tuple[int, int, dict[str, Any]]] = field(
-        default_factory=dict
-    )
+    turn_usage: dict[tuple[int, int], tuple[int, int, dict[str, Any]]] = field(default_factory=dict)
     # the ledger's provider_turn usage rows only (billing and the run_total check)
-    row_usage: dict[tuple[int, int], tuple[int, int, dict[str, Any]]] = field(
-        default_factory=dict
-    )
+    row_usage: dict[tuple[int, int], tuple[int, int, dict[str, Any]]] = field(default_factory=dict)
     run_total: dict[str, Any] | None = None
     children: dict[str, dict[str, Any]] = field(default_factory=dict)
     clamps: list[dict[str, Any]] = field(default_factory=list)
@@ -79,9 +75,7 @@ class RunView:
             return False
         eff = self.effective_usage().values()
         for name in _MISMATCH_FIELDS:
-            if name in self.run_total and self.run_total[name] != sum(
-                u.get(name, 0) for u in eff
-            ):
+            if name in self.run_total and self.run_total[name] != sum(u.get(name, 0) for u in eff):
                 return True
         return False
 
@@ -161,8 +155,12 @@ def view_of(run: RunState) -> RunView:
     return view
 
 
-def _offer_usage(best_by_key: dict[tuple[int, int], tuple[int, int, dict[str, Any]]],
-                 key: tuple[int, int], seq: int, usage: dict[str, Any]) -> None:
+def _offer_usage(
+    best_by_key: dict[tuple[int, int], tuple[int, int, dict[str, Any]]],
+    key: tuple[int, int],
+    seq: int,
+    usage: dict[str, Any],
+) -> None:
     """Reported usage wins over an estimate for the same turn; then the later seq wins."""
     cand = (_usage_priority(usage), seq, usage)
     best = best_by_key.get(key)
@@ -239,7 +237,9 @@ def turn_rows(
 ) -> list[TurnRow]:
     """Turn rows for ``keys`` (kind, turn, attempt), or for every turn when ``keys`` is None."""
     rows = []
-    wanted = view.turn_seq if keys is None else {k: view.turn_seq[k] for k in keys if k in view.turn_seq}
+    wanted = (
+        view.turn_seq if keys is None else {k: view.turn_seq[k] for k in keys if k in view.turn_seq}
+    )
     for (kind, turn, attempt), seq in sorted(wanted.items()):
         f = run.facts[seq]
         d = f["d"]
@@ -276,7 +276,9 @@ def turn_rows(
                 cache_read_tokens=read,
                 cache_write_tokens=write,
                 cache_hit_rate=(read / inp) if read is not None and inp else None,
-                usage_source=None if not usage else ("estimated" if usage.get("estimated") else "reported"),
+                usage_source=None
+                if not usage
+                else ("estimated" if usage.get("estimated") else "reported"),
                 usage_confidence=usage.get("confidence"),
                 input_cap=budgets.get("inputCap"),
                 run_input_budget=budgets.get("runInputBudget"),
@@ -289,10 +291,22 @@ def turn_rows(
 
 _EMPTY_MODEL_TURN: dict[str, Any] = dict.fromkeys(
     (
-        "stop_reason", "latency_ms", "tools_count", "tools_ids_hash", "input_tokens",
-        "output_tokens", "total_tokens", "cache_read_tokens", "cache_write_tokens",
-        "cache_hit_rate", "usage_source", "usage_confidence", "input_cap",
-        "run_input_budget", "run_input_used", "max_turns",
+        "stop_reason",
+        "latency_ms",
+        "tools_count",
+        "tools_ids_hash",
+        "input_tokens",
+        "output_tokens",
+        "total_tokens",
+        "cache_read_tokens",
+        "cache_write_tokens",
+        "cache_hit_rate",
+        "usage_source",
+        "usage_confidence",
+        "input_cap",
+        "run_input_budget",
+        "run_input_used",
+        "max_turns",
     )
 )
 
@@ -312,7 +326,13 @@ def closed_record(run: RunState, view: RunView) -> dict[str, Any]:
         "schema": "prism.run-closed/v1",
         "runId": run.run_id,
         "status": view.status,
-        "terminal": None if term is None else {"type": term["t"], "seq": run.terminal["seq"] if run.terminal else None, "eventId": term["id"]},
+        "terminal": None
+        if term is None
+        else {
+            "type": term["t"],
+            "seq": run.terminal["seq"] if run.terminal else None,
+            "eventId": term["id"],
+        },
         "startedAt": _iso(view.started_us if view.started_us is not None else run.first_us),
         "finishedAt": _iso(term["ts"]) if term is not None else None,
         "stopReason": td.get("stopReason") if term and term["t"] == "agent_finished" else None,
@@ -326,8 +346,12 @@ def closed_record(run: RunState, view: RunView) -> dict[str, Any]:
         "sessionId": m("session_id"),
         "agent": {"id": m("agent_id"), "definitionRevision": m("agent_definition_revision")},
         "model": {"provider": m("provider"), "model": m("model")},
-        "parent": None if m("parent_run_id") is None else {
-            "runId": m("parent_run_id"), "delegationId": m("delegation_id"), "childId": m("child_id"),
+        "parent": None
+        if m("parent_run_id") is None
+        else {
+            "runId": m("parent_run_id"),
+            "delegationId": m("delegation_id"),
+            "childId": m("child_id"),
         },
         "bundleDigest": m("bundle_digest"),
         "turns": {"model": len(view.model_turns), "deterministic": len(view.deterministic_turns)},
@@ -354,7 +378,13 @@ def closed_record(run: RunState, view: RunView) -> dict[str, Any]:
 def _sum_usage(rows: list[dict[str, Any]]) -> dict[str, int]:
     out: dict[str, int] = {}
     for u in rows:
-        for k in ("inputTokens", "outputTokens", "totalTokens", "cacheReadTokens", "cacheWriteTokens"):
+        for k in (
+            "inputTokens",
+            "outputTokens",
+            "totalTokens",
+            "cacheReadTokens",
+            "cacheWriteTokens",
+        ):
             if k in u:
                 out[k] = out.get(k, 0) + u[k]
     return out
