@@ -309,8 +309,8 @@ class Processor:
             expire = self.watermark_us - int(cfg.tombstone_retention_s * 1_000_000)
             while self._retire and self._retire[0][0] < expire:
                 _, run_id = self._retire.popleft()
-                run = self.runs.get(run_id)
-                if run is not None and self._retired(run, expire):
+                gone = self.runs.get(run_id)
+                if gone is not None and self._retired(gone, expire):
                     del self.runs[run_id]
                     self._open.discard(run_id)
                     self._dirty.discard(run_id)

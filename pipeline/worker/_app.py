@@ -22,7 +22,7 @@ import weakref
 from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 import faust
 import orjson
@@ -85,7 +85,7 @@ class PipelineWorker:
         self.clock = clock
         self.topics = settings.topics
         self.app: faust.App = make_app(settings)
-        raw = {
+        raw: dict[str, Any] = {
             "key_type": bytes,
             "value_type": bytes,
             "key_serializer": "raw",
@@ -114,15 +114,16 @@ class PipelineWorker:
         self.telemetry = WorkerTelemetry(settings.state_dir / "worker-stats.json")
         atexit.register(self.telemetry.write_stats, force=True)
         self._last_log = 0.0
-        self.app.agent(self.input, name="prism-events")(self._events_agent)
-        self.app.agent(self.deaths, name="prism-limit-deaths")(self._deaths_agent)
+        # take_events is on the concrete Stream, not on the StreamT protocol faust types with
+        self.app.agent(self.input, name="prism-events")(cast(Any, self._events_agent))
+        self.app.agent(self.deaths, name="prism-limit-deaths")(cast(Any, self._deaths_agent))
         self.app.timer(interval=max(1.0, settings.batch_max_seconds))(self._tick)
-        self.app.on_partitions_revoked.connect(self._on_revoked)
-        self.app.on_before_shutdown.connect(self._on_shutdown)
+        self.app.on_partitions_revoked.connect(cast(Any, self._on_revoked))
+        self.app.on_before_shutdown.connect(cast(Any, self._on_shutdown))
         self.app.task(self._declare_outputs)
 
     # -- agents -------------------------------------------------------------------------
-    async def _events_agent(self, stream: faust.StreamT) -> None:
+    async def _events_agent(self, stream: faust.Stream) -> None:
         s = self.settings
         async for events in stream.take_events(s.batch_max_events, s.batch_max_seconds):
             await self.handle_batch(events)
@@ -226,12 +227,12 @@ class PipelineWorker:
                     delay = min(delay * 2, 30.0)
 
     # -- the alerter --------------------------------------------------------------------
-    async def _deaths_agent(self, stream: faust.StreamT) -> None:
+    async def _deaths_agent(self, stream: faust.Stream) -> None:
         async for events in stream.take_events(1000, 0.5):
             alerter = self._alerter()
             deaths, wm = [], 0
             for ev in events:
-                d = orjson.loads(ev.message.value)
+                d = orjson.loads(ev.message.value or b"{}")
                 if "wm" in d:
                     wm = max(wm, d["wm"])
                 else:

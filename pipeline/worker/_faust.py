@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import faust
 
 from ..settings import Settings
@@ -12,7 +14,7 @@ __all__ = ["make_app"]
 def make_app(settings: Settings, *, app_id: str | None = None) -> faust.App:
     """A faust app for the pipeline; at-least-once (faust's exactly_once is not relied on)."""
     brokers = [f"kafka://{hp.strip()}" for hp in settings.kafka_bootstrap_servers.split(",")]
-    credentials = None
+    credentials: Any = None
     if settings.kafka_security_protocol != "PLAINTEXT":
         kw = settings.aiokafka_kwargs()
         if settings.kafka_security_protocol.startswith("SASL"):
