@@ -1,0 +1,60 @@
+"""The ClickHouse ledger: connection, migrations, the effectively-once writer, queries, billing.
+
+Everything goes through clickhouse-connect: ``chdb://<path>`` runs the embedded chDB
+engine in-process (one engine path per process), ``http(s)://user:pw@host:port/db``
+reaches a ClickHouse server. Storage tables (``*_store``) are ReplacingMergeTrees keyed on
+stable ids; users query the views (``runs``, ``usage``, ``turns``, ``run_events``,
+``cache_hits_1m``, ``quarantine``, ``dead_letters``, ``alerts``, ``billing_usage``).
+
+Example::
+
+    from sinks import LedgerWriter, SourceRange, connect, migrate
+
+    client = connect("chdb://./.data/ledger", "prism")
+    migrate(client, "prism")
+    writer = LedgerWriter(client, "prism")
+    writer.add(batch, SourceRange("prism.agent-events", 0, 100, 199))
+    writer.flush()
+"""
+
+from sinks._billing import BILLING_SQL, BillingLine, billing_report
+from sinks._client import connect, parse_dsn
+from sinks._errors import (
+    LedgerConfigError,
+    LedgerConnectError,
+    LedgerError,
+    LedgerQueryError,
+    LedgerWriteError,
+    MigrationError,
+)
+from sinks._migrate import load_migrations, migrate, render_migrations
+from sinks._queries import QueryResult, query, run_timeline
+from sinks._tables import STORAGE_TABLES, VIEWS
+from sinks._writer import INSERT_SETTINGS, FlushResult, InsertHook, LedgerWriter, SourceRange
+
+__all__ = [
+    "BILLING_SQL",
+    "INSERT_SETTINGS",
+    "STORAGE_TABLES",
+    "VIEWS",
+    "BillingLine",
+    "FlushResult",
+    "InsertHook",
+    "LedgerConfigError",
+    "LedgerConnectError",
+    "LedgerError",
+    "LedgerQueryError",
+    "LedgerWriteError",
+    "LedgerWriter",
+    "MigrationError",
+    "QueryResult",
+    "SourceRange",
+    "billing_report",
+    "connect",
+    "load_migrations",
+    "migrate",
+    "parse_dsn",
+    "query",
+    "render_migrations",
+    "run_timeline",
+]

@@ -1,0 +1,72 @@
+"""Read-side lookups over the ledger views: a run's timeline, ad hoc SQL."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from clickhouse_connect.driver.client import Client
+
+from sinks._client import validate_identifier
+from sinks._errors import LedgerQueryError
+
+__all__ = ["QueryResult", "query", "run_timeline"]
+
+
+class QueryResult:
+    """Column names and rows of an ad hoc query (datetimes as aware UTC)."""
+
+    __slots__ = ("columns", "rows")
+
+    def __init__(self, columns: list[str], rows: list[tuple[Any, ...]]) -> None:
+        self.columns = columns
+        self.rows = rows
+
+    def dicts(self) -> list[dict[str, Any]]:
+        return [dict(zip(self.columns, row, strict=True)) for row in self.rows]
+
+
+def run_timeline(client: Client, database: str, run_id: str) -> dict[str, Any]:
+    """A run's record, its turns (in turn order), usage rows and raw events (in seq order).
+
+    ``run`` is ``None`` when the ledger has no record of ``run_id`` (its events, if any,
+    are still returned).
+
+    Example::
+
+        tl = run_timeline(client, "prism", "run-42")
+        tl["run"]["status"], [t["turn"] for t in tl["turns"]], len(tl["events"])
+    """
+    validate_identifier(database)
+    params = {"run_id": run_id}
+    where = "WHERE run_id = {run_id:String}"
+    runs = _rows(client, f"SELECT * FROM {database}.runs {where}", params)
+    turns = _rows(
+        client, f"SELECT * FROM {database}.turns {where} ORDER BY turn, attempt, seq", params
+    )
+    usage = _rows(client, f"SELECT * FROM {database}.usage {where} ORDER BY seq", params)
+    events = _rows(
+        client, f"SELECT * FROM {database}.run_events {where} ORDER BY seq, event_id", params
+    )
+    return {"run": runs[0] if runs else None, "turns": turns, "usage": usage, "events": events}
+
+
+def query(client: Client, sql: str, parameters: dict[str, Any] | None = None) -> QueryResult:
+    """Run one SELECT-like statement; raise ``LedgerQueryError`` with ClickHouse's reason."""
+    try:
+        result = client.query(sql, parameters=parameters)
+    except Exception as exc:
+        raise LedgerQueryError(f"query failed: {exc}") from exc
+    rows = [tuple(_aware(v) for v in row) for row in result.result_rows]
+    return QueryResult(list(result.column_names), rows)
+
+
+def _rows(client: Client, sql: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+    return query(client, sql, params).dicts()
+
+
+def _aware(value: Any) -> Any:
+    # Columns are DateTime64(3, 'UTC'); the driver returns them as naive UTC.
+    if isinstance(value, datetime) and value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    return value

@@ -1,0 +1,49 @@
+"""Which storage table stores which ``LedgerBatch`` list, and its columns (the row's fields)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from schemas import (
+    AlertRow,
+    CacheMinuteRow,
+    DeadLetterRow,
+    QuarantineRow,
+    RawEventRow,
+    RunRow,
+    TurnRow,
+    UsageRow,
+)
+
+__all__ = ["STORAGE_TABLES", "VIEWS", "columns_of"]
+
+# LedgerBatch attribute -> (storage table, row class), in insert order.
+STORAGE_TABLES: dict[str, tuple[str, type[Any]]] = {
+    "events": ("run_events_store", RawEventRow),
+    "usage": ("usage_store", UsageRow),
+    "turns": ("turns_store", TurnRow),
+    "runs": ("runs_store", RunRow),
+    "cache_minutes": ("cache_minute_store", CacheMinuteRow),
+    "quarantine": ("quarantine_store", QuarantineRow),
+    "dead_letters": ("dead_letters_store", DeadLetterRow),
+    "alerts": ("alerts_store", AlertRow),
+}
+
+# The names users query (views over the storage tables).
+VIEWS: tuple[str, ...] = (
+    "runs",
+    "usage",
+    "turns",
+    "run_events",
+    "cache_hits_1m",
+    "quarantine",
+    "dead_letters",
+    "alerts",
+    "billing_usage",
+)
+
+
+def columns_of(row_type: type[Any]) -> tuple[str, ...]:
+    """The column names of a ledger row class: its field names, in order."""
+    return tuple(f.name for f in dataclasses.fields(row_type))

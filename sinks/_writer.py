@@ -1,0 +1,378 @@
+"""``LedgerWriter``: batches ledger rows and inserts them effectively once."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from operator import attrgetter
+from typing import Any
+
+import orjson
+from clickhouse_connect.driver.client import Client
+from clickhouse_connect.driver.insert import InsertContext
+
+from schemas import LedgerBatch
+from sinks._client import validate_identifier
+from sinks._errors import LedgerConfigError, LedgerWriteError, is_transient
+from sinks._tables import STORAGE_TABLES
+
+__all__ = ["INSERT_SETTINGS", "FlushResult", "InsertHook", "LedgerWriter", "SourceRange"]
+
+log = logging.getLogger(__name__)
+
+# Explicit insert settings. async_insert=0: the writer batches by itself, so the server-side
+# buffer of async inserts would add latency and buy nothing; with it off, the insert returns
+# only once the rows are written to a part, so an acknowledged flush means stored rows and
+# the caller may commit its offsets. insert_deduplicate=1 makes a retried insert with the
+# same insert_deduplication_token a no-op (within the table's deduplication window).
+# wait_for_async_insert=1 is inert with async_insert=0, and stays correct if a server
+# profile forces async inserts on: the acknowledgement still waits for the write.
+INSERT_SETTINGS: dict[str, Any] = {
+    "async_insert": 0,
+    "wait_for_async_insert": 1,
+    "insert_deduplicate": 1,
+    "input_format_native_allow_types_conversion": 1,
+}
+_LOW_CARDINALITY_RE = re.compile(r"^LowCardinality\((.*)\)$")
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_ONE_MS = timedelta(milliseconds=1)
+
+InsertHook = Callable[[str, Callable[[], object]], object]
+"""``hook(table, insert)``: must call ``insert()`` to insert; may raise before or after it."""
+
+
+@dataclass(frozen=True, slots=True)
+class SourceRange:
+    """Where a batch came from: a Kafka topic partition and offsets, or a file and line numbers.
+
+    For a file, ``source`` is ``"file:<path>"``, ``partition`` is -1 and the offsets are
+    line numbers. Both offsets are inclusive.
+    """
+
+    source: str
+    partition: int
+    first_offset: int
+    last_offset: int
+
+    def __post_init__(self) -> None:
+        if self.first_offset > self.last_offset:
+            raise LedgerConfigError(
+                f"source range {self.source}:{self.partition} has first_offset "
+                f"{self.first_offset} > last_offset {self.last_offset}; pass them in order"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class FlushResult:
+    """What one ``flush()`` stored: rows per storage table, seconds taken, attempts, sources.
+
+    ``ranges`` are the source ranges whose rows are now all stored: their offsets may be
+    committed.
+    """
+
+    rows: dict[str, int]
+    elapsed: float
+    attempts: int
+    ranges: tuple[SourceRange, ...]
+
+    @property
+    def total(self) -> int:
+        return sum(self.rows.values())
+
+
+@dataclass(slots=True)
+class _Chunk:
+    table: str
+    columns: list[list[Any]]
+    rows: int
+    token: str
+
+
+@dataclass(slots=True)
+class _Cut:
+    chunks: list[_Chunk]
+    ranges: tuple[SourceRange, ...]
+
+
+@dataclass(slots=True)
+class _Buffer:
+    rows: dict[str, list[Any]] = field(default_factory=lambda: {k: [] for k in STORAGE_TABLES})
+    ranges: list[SourceRange] = field(default_factory=list)
+    count: int = 0
+    since: float | None = None
+
+
+class LedgerWriter:
+    """Batches ``LedgerBatch`` rows and inserts them, one INSERT per table per flush.
+
+    Contract:
+
+    - ``add(batch, source)`` only buffers (no I/O). ``source`` is the ``SourceRange`` the
+      rows were derived from.
+    - ``should_flush()`` is true once ``max_rows`` rows are buffered, once the oldest
+      buffered ``add`` is ``max_seconds`` old (a quiet source never holds rows back), or
+      while a failed flush awaits its retry. The caller checks it after each ``add`` and on
+      a timer.
+    - ``flush()`` inserts every non-empty table once (columnar data, one reused insert
+      context per table) with ``insert_deduplication_token`` =
+      ``"{table}:{source}:{partition}:{first}-{last}:{sha256 of the rows}"``, so a repeated
+      insert of the same rows from the same offsets is dropped by ClickHouse, while
+      different rows from the same offsets are kept. Transient errors (network, timeouts,
+      too many parts) are retried ``retries`` times with exponential backoff.
+    - When a flush returns, the rows are stored: commit offsets up to ``result.ranges``.
+      When it raises ``LedgerWriteError``, nothing of the failed table is known to be
+      stored: do not commit; the rows stay in the writer and the next ``flush()`` retries
+      them first, with the same tokens (no row is added twice), or ``discard()`` drops them.
+
+    Not thread-safe: one writer per consumer task.
+
+    Example::
+
+        writer = LedgerWriter(client, "prism", max_rows=50_000, max_seconds=1.0)
+        writer.add(output.ledger, SourceRange("prism.agent-events", 0, 100, 199))
+        if writer.should_flush():
+            result = writer.flush()       # then commit offsets <= 199 of partition 0
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        database: str,
+        *,
+        max_rows: int = 50_000,
+        max_seconds: float = 1.0,
+        retries: int = 5,
+        backoff: float = 0.2,
+        max_backoff: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        insert_hook: InsertHook | None = None,
+    ) -> None:
+        if max_rows < 1 or max_seconds <= 0 or retries < 0 or backoff < 0:
+            raise LedgerConfigError(
+                f"LedgerWriter needs max_rows >= 1, max_seconds > 0, retries >= 0 and "
+                f"backoff >= 0; got max_rows={max_rows}, max_seconds={max_seconds}, "
+                f"retries={retries}, backoff={backoff}"
+            )
+        self._client = client
+        self._database = validate_identifier(database)
+        self.max_rows = max_rows
+        self.max_seconds = max_seconds
+        self.retries = retries
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        self._clock = clock
+        self._sleep = sleep
+        self._hook = insert_hook
+        self._buffer = _Buffer()
+        self._inflight: _Cut | None = None
+        self._stored_ranges: list[SourceRange] = []
+        self._contexts: dict[str, InsertContext] = {}
+        # LedgerBatch attribute -> (table, [(column, holds a datetime)], row -> values)
+        self._tables: dict[str, tuple[str, list[tuple[str, bool]], Callable[[Any], Any]]] = {}
+        for name, (table, cls) in STORAGE_TABLES.items():
+            fields = dataclasses.fields(cls)
+            columns = [(f.name, "datetime" in str(f.type)) for f in fields]
+            self._tables[name] = (table, columns, attrgetter(*(f.name for f in fields)))
+
+    @property
+    def pending_rows(self) -> int:
+        """Rows not yet known to be stored (buffered plus a failed flush's rows)."""
+        inflight = sum(c.rows for c in self._inflight.chunks) if self._inflight else 0
+        return self._buffer.count + inflight
+
+    def add(self, batch: LedgerBatch, source: SourceRange) -> None:
+        """Buffer ``batch``'s rows, derived from ``source`` (no I/O)."""
+        buf = self._buffer
+        for name in STORAGE_TABLES:
+            rows = getattr(batch, name)
+            if rows:
+                buf.rows[name].extend(rows)
+                buf.count += len(rows)
+        buf.ranges.append(source)
+        if buf.since is None:
+            buf.since = self._clock()
+
+    def should_flush(self) -> bool:
+        """True when enough rows are buffered, the oldest is old enough, or a retry is due."""
+        buf = self._buffer
+        if self._inflight is not None or buf.count >= self.max_rows:
+            return True
+        return buf.since is not None and self._clock() - buf.since >= self.max_seconds
+
+    def flush(self) -> FlushResult:
+        """Insert everything pending; raise ``LedgerWriteError`` if a table keeps failing."""
+        started = time.perf_counter()
+        rows: dict[str, int] = {}
+        attempts = 0
+        if self._inflight is not None:
+            attempts += self._drain(self._inflight, rows)
+        if self._buffer.ranges:
+            self._inflight = self._cut()
+            attempts += self._drain(self._inflight, rows)
+        ranges = tuple(self._stored_ranges)
+        self._stored_ranges.clear()
+        return FlushResult(rows, time.perf_counter() - started, attempts, ranges)
+
+    def discard(self) -> int:
+        """Drop every pending row (the caller abandons them); return how many were dropped."""
+        dropped = self.pending_rows
+        self._buffer = _Buffer()
+        self._inflight = None
+        return dropped
+
+    # -- internals -------------------------------------------------------------------
+
+    def _cut(self) -> _Cut:
+        """Freeze the buffer into per-table columns and tokens; the buffer starts afresh."""
+        buf = self._buffer
+        label = _ranges_label(buf.ranges)
+        chunks = []
+        for name, batch_rows in buf.rows.items():
+            if not batch_rows:
+                continue
+            table, columns, getter = self._tables[name]
+            try:
+                data = list(map(list, zip(*map(getter, batch_rows), strict=False)))
+                for i, (_, is_time) in enumerate(columns):
+                    if is_time:
+                        data[i] = _epoch_ms(data[i])
+                content = orjson.dumps(data, default=_json_default)
+            except (TypeError, AttributeError, ValueError) as exc:
+                raise LedgerWriteError(
+                    f"rows for {self._database}.{table} hold a value the ledger cannot store "
+                    f"({exc}); fix the producer of these rows, or discard() them",
+                    table=table,
+                    rows=self.pending_rows,
+                    attempts=0,
+                    transient=False,
+                ) from exc
+            digest = hashlib.sha256(content).hexdigest()
+            chunks.append(_Chunk(table, data, len(batch_rows), f"{table}:{label}:{digest}"))
+        self._buffer = _Buffer()
+        return _Cut(chunks, tuple(buf.ranges))
+
+    def _drain(self, cut: _Cut, rows: dict[str, int]) -> int:
+        attempts = 0
+        while cut.chunks:
+            chunk = cut.chunks[0]
+            attempts += self._insert(chunk, cut)
+            rows[chunk.table] = rows.get(chunk.table, 0) + chunk.rows
+            cut.chunks.pop(0)
+        self._stored_ranges.extend(cut.ranges)
+        self._inflight = None
+        return attempts
+
+    def _insert(self, chunk: _Chunk, cut: _Cut) -> int:
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                context = self._context(chunk.table)
+                context.settings["insert_deduplication_token"] = chunk.token
+                context.data = chunk.columns
+
+                def insert(context: InsertContext = context) -> object:
+                    return self._client.insert(context=context)
+
+                if self._hook is None:
+                    insert()
+                else:
+                    self._hook(chunk.table, insert)
+                return attempt
+            except Exception as exc:
+                transient = is_transient(exc)
+                if not transient or attempt > self.retries:
+                    pending = sum(c.rows for c in cut.chunks) + self._buffer.count
+                    kind = "transient" if transient else "permanent"
+                    raise LedgerWriteError(
+                        f"insert of {chunk.rows} rows into {self._database}.{chunk.table} "
+                        f"failed after {attempt} attempt(s) ({kind} error: {exc}); "
+                        f"{pending} rows stay pending: do not commit offsets, call flush() "
+                        "again later (or discard() to abandon them)",
+                        table=chunk.table,
+                        rows=pending,
+                        attempts=attempt,
+                        transient=transient,
+                    ) from exc
+                delay = min(self.backoff * 2 ** (attempt - 1), self.max_backoff)
+                log.warning(
+                    "insert into %s.%s failed (attempt %d of %d), retrying in %.2fs: %s",
+                    self._database,
+                    chunk.table,
+                    attempt,
+                    self.retries + 1,
+                    delay,
+                    exc,
+                )
+                self._sleep(delay)
+            finally:
+                ctx = self._contexts.get(chunk.table)
+                if ctx is not None:
+                    ctx.data = None
+
+    def _context(self, table: str) -> InsertContext:
+        context = self._contexts.get(table)
+        if context is None:
+            columns = [c for t, cols, _ in self._tables.values() if t == table for c, _ in cols]
+            result = self._client.query(
+                "SELECT name, type FROM system.columns "
+                "WHERE database = {db:String} AND table = {table:String}",
+                parameters={"db": self._database, "table": table},
+            )
+            types = {str(n): str(t) for n, t in result.result_rows}
+            missing = [c for c in columns if c not in types]
+            if missing:
+                raise LedgerConfigError(
+                    f"table {self._database}.{table} lacks columns {missing} (or does not "
+                    "exist); run `prism-pipeline migrate` against this ledger first"
+                )
+            context = self._client.create_insert_context(
+                table,
+                column_names=columns,
+                database=self._database,
+                # LowCardinality columns travel as their plain type and the server converts
+                # them (input_format_native_allow_types_conversion): the client-side
+                # dictionary encoding costs more than it saves.
+                column_type_names=[_LOW_CARDINALITY_RE.sub(r"\1", types[c]) for c in columns],
+                column_oriented=True,
+                settings=dict(INSERT_SETTINGS),
+            )
+            self._contexts[table] = context
+        return context
+
+
+def _ranges_label(ranges: Sequence[SourceRange]) -> str:
+    """``source:partition:first-last`` per (source, partition), merged, comma-separated."""
+    merged: dict[tuple[str, int], tuple[int, int]] = {}
+    for r in ranges:
+        key = (r.source, r.partition)
+        lo, hi = merged.get(key, (r.first_offset, r.last_offset))
+        merged[key] = (min(lo, r.first_offset), max(hi, r.last_offset))
+    return ",".join(f"{s}:{p}:{lo}-{hi}" for (s, p), (lo, hi) in sorted(merged.items()))
+
+
+def _epoch_ms(values: list[Any]) -> list[int | None]:
+    """DateTime64(3) ticks (milliseconds since the epoch, floored); naive values are UTC."""
+    try:
+        return [None if v is None else (v - _EPOCH) // _ONE_MS for v in values]
+    except TypeError:  # naive datetimes among them
+        return [
+            None if v is None else (v.replace(tzinfo=v.tzinfo or UTC) - _EPOCH) // _ONE_MS
+            for v in values
+        ]
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).hex()
+    raise TypeError(f"cannot hash a {type(value).__name__} ledger value: {value!r}")

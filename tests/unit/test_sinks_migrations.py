@@ -1,0 +1,100 @@
+"""The generated migration DDL: single node, cluster, TTL, and agreement with the ledger rows."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from sinks import STORAGE_TABLES, LedgerConfigError, MigrationError, load_migrations
+from sinks._migrate import render_migrations, render_sql
+from sinks._tables import columns_of
+
+UPDATED = {"runs_store", "turns_store", "cache_minute_store", "alerts_store"}
+APPEND_ONLY = {"usage_store", "run_events_store", "quarantine_store", "dead_letters_store"}
+
+
+def _creates(statements: list[str]) -> dict[str, str]:
+    out = {}
+    for st in statements:
+        m = re.match(r"CREATE TABLE IF NOT EXISTS \w+\.(\w+)", st)
+        if m:
+            out[m[1]] = st
+    return out
+
+
+def _all_statements(**kw: object) -> list[str]:
+    return [s for r in render_migrations("prism", **kw) for s in r.statements]  # type: ignore[arg-type]
+
+
+def test_migrations_are_numbered_from_one_without_gaps() -> None:
+    versions = [m.version for m in load_migrations()]
+    assert versions == list(range(1, len(versions) + 1))
+
+
+def test_single_node_ddl() -> None:
+    statements = _all_statements()
+    creates = _creates(statements)
+    assert set(creates) == UPDATED | APPEND_ONLY
+    for st in statements:
+        assert "${" not in st and "ON CLUSTER" not in st
+    for table in UPDATED:
+        assert "ENGINE = ReplacingMergeTree(version)" in creates[table], table
+    for table in APPEND_ONLY:
+        assert "ENGINE = ReplacingMergeTree\n" in creates[table], table
+    for table, ddl in creates.items():
+        assert "non_replicated_deduplication_window = 10000" in ddl, table
+        assert "Replicated" not in ddl
+    assert "TTL toDateTime(ts) + INTERVAL 90 DAY" in creates["run_events_store"]
+    assert [t for t, ddl in creates.items() if "TTL" in ddl] == ["run_events_store"]
+    assert "cost Nullable(Decimal(38, 12))" in creates["usage_store"]
+    assert "ORDER BY run_id\n" in creates["runs_store"]
+    assert "ORDER BY (run_id, kind, turn, attempt)" in creates["turns_store"]
+    assert "ORDER BY (source, partition, offset)" in creates["dead_letters_store"]
+
+
+def test_cluster_ddl_is_replicated_and_on_cluster() -> None:
+    statements = _all_statements(cluster="prod_cluster", raw_event_ttl_days=30)
+    creates = _creates(statements)
+    for st in statements:
+        assert "ON CLUSTER `prod_cluster`" in st, st[:80]
+    path = "'/clickhouse/tables/{shard}/{database}/{table}', '{replica}'"
+    assert f"ENGINE = ReplicatedReplacingMergeTree({path}, version)" in creates["runs_store"]
+    assert f"ENGINE = ReplicatedReplacingMergeTree({path})\n" in creates["usage_store"]
+    for table, ddl in creates.items():
+        assert "replicated_deduplication_window = 10000" in ddl, table
+        assert "non_replicated" not in ddl
+    assert "INTERVAL 30 DAY" in creates["run_events_store"]
+    views = [s for s in statements if s.startswith("CREATE OR REPLACE VIEW")]
+    assert len(views) == 9
+    assert all(v.startswith("CREATE OR REPLACE VIEW prism.") for v in views)
+
+
+def test_storage_columns_are_the_ledger_row_fields_in_order() -> None:
+    creates = _creates(_all_statements())
+    for table, row_class in STORAGE_TABLES.values():
+        body = creates[table].split("(\n", 1)[1].split("\n)\nENGINE", 1)[0]
+        names = [
+            line.split()[0]
+            for line in body.splitlines()
+            if line.strip() and not line.strip().startswith("INDEX")
+        ]
+        assert tuple(names) == columns_of(row_class), table
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"database": "prism-db"}, "'prism-db' is not a plain identifier"),
+        ({"database": "prism", "cluster": "main cluster"}, "cluster name 'main cluster'"),
+        ({"database": "prism", "raw_event_ttl_days": 0}, "raw_event_ttl_days=0"),
+    ],
+)
+def test_bad_settings_are_refused(kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(LedgerConfigError, match=message):
+        render_migrations(**kwargs)  # type: ignore[arg-type]
+
+
+def test_unknown_placeholder_is_an_error() -> None:
+    with pytest.raises(MigrationError, match=r"unknown placeholder '\$\{nope\}'"):
+        render_sql("SELECT ${nope}", "prism")
