@@ -1,0 +1,315 @@
+"""``python -m bench``: run the benchmarks, print one table and the targets, write the JSON.
+
+Order: the pipeline parts (``baseline``, ``worker``, ``freshness``; one broker, one fleet),
+then ``publisher`` (its own broker), ``parse`` and ``ledger``. A benchmark that fails is
+reported and the rest still run; the exit code is then 1. Targets are reported, never
+asserted: each shows the measured value and "met", "not met" or "not measured".
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import platform
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "MODULE_BENCHES",
+    "NAMES",
+    "TARGETS",
+    "Target",
+    "evaluate_targets",
+    "main",
+    "parse_args",
+    "render_table",
+    "render_targets",
+    "results_document",
+]
+
+PIPELINE_PARTS = ("baseline", "worker", "freshness")
+MODULE_BENCHES = ("publisher", "parse", "ledger")
+NAMES = (*PIPELINE_PARTS, *MODULE_BENCHES)
+ALIASES = {"pipeline": PIPELINE_PARTS, "all": NAMES}
+RESULTS_DIR = Path(__file__).resolve().parent.parent / ".bench"
+DEFAULT_RATE = 5000.0  # events/s offered in the freshness part (bench_pipeline.DEFAULT_RATE)
+
+Row = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """A figure the issue asks for: ``bench/metric`` compared with ``threshold``."""
+
+    label: str
+    bench: str
+    metric: str
+    op: str  # ">=" or "<="
+    threshold: float
+    unit: str
+
+    def met(self, value: float) -> bool:
+        return value >= self.threshold if self.op == ">=" else value <= self.threshold
+
+
+TARGETS = (
+    Target("worker >= 50% of the bare baseline", "pipeline", "worker_vs_baseline", ">=", 50, "%"),
+    Target(
+        "worker >= 20,000 events/s per process",
+        "pipeline",
+        "worker_events_per_s",
+        ">=",
+        20_000,
+        "events/s",
+    ),
+    Target("p99 freshness <= 1 s at 5,000 events/s", "pipeline", "freshness_p99", "<=", 1000, "ms"),
+    Target(
+        "billing (all tenants) p95 <= 100 ms",
+        "ledger",
+        "billing_month_all_tenants_p95",
+        "<=",
+        100,
+        "ms",
+    ),
+    Target(
+        "billing (one tenant) p95 <= 100 ms",
+        "ledger",
+        "billing_month_one_tenant_p95",
+        "<=",
+        100,
+        "ms",
+    ),
+    Target("run timeline p95 <= 100 ms", "ledger", "run_timeline_p95", "<=", 100, "ms"),
+)
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
+    return value
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Parse the command line; ``only`` comes back as the expanded, ordered list of names.
+
+    Example::
+
+        parse_args(["--quick", "--only", "pipeline", "parse"]).only
+        # ['baseline', 'worker', 'freshness', 'parse']
+    """
+    p = argparse.ArgumentParser(
+        prog="python -m bench",
+        description="Run the benchmarks side by side; print a table and the targets, write JSON.",
+    )
+    p.add_argument("--quick", action="store_true", help="smaller sizes (about 90 s in all)")
+    p.add_argument(
+        "--only",
+        nargs="+",
+        action="extend",
+        metavar="NAME",
+        choices=[*NAMES, *ALIASES],
+        help=f"run only these: {', '.join(NAMES)} (or 'pipeline' for the first three)",
+    )
+    p.add_argument(
+        "--events",
+        type=_positive_int,
+        metavar="N",
+        help="fleet size for baseline/worker (default 200000; quick 30000)",
+    )
+    p.add_argument(
+        "--rate",
+        type=_positive_float,
+        default=DEFAULT_RATE,
+        metavar="R",
+        help="events/s offered in the freshness part (default %(default).0f)",
+    )
+    p.add_argument(
+        "--state-store",
+        choices=["rocksdb", "memory"],
+        default="rocksdb",
+        help="the workers' table store (default %(default)s)",
+    )
+    p.add_argument(
+        "--json",
+        type=Path,
+        metavar="PATH",
+        help="where to write the results (default .bench/results-<timestamp>.json)",
+    )
+    args = p.parse_args(argv)
+    chosen: set[str] = set()
+    for name in args.only or NAMES:
+        chosen.update(ALIASES.get(name, (name,)))
+    args.only = [n for n in NAMES if n in chosen]
+    return args
+
+
+def format_value(value: float | None) -> str:
+    """A figure for the table: thousands separators for large values, 2 decimals otherwise."""
+    if value is None:
+        return "-"
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    if abs(value) >= 1 or value == 0:
+        return f"{value:.2f}"
+    return f"{value:.4g}"
+
+
+def render_table(rows: Sequence[Row]) -> str:
+    """One aligned text table: bench, metric, value, unit."""
+    header = ("bench", "metric", "value", "unit")
+    cells = [
+        (str(r["bench"]), str(r["metric"]), format_value(r["value"]), str(r["unit"])) for r in rows
+    ]
+    widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, h in enumerate(header)]
+
+    def line(c: Sequence[str]) -> str:
+        return f"{c[0]:<{widths[0]}}  {c[1]:<{widths[1]}}  {c[2]:>{widths[2]}}  {c[3]}".rstrip()
+
+    rule = "  ".join("-" * w for w in widths)
+    return "\n".join([line(header), rule, *(line(c) for c in cells)])
+
+
+def evaluate_targets(rows: Sequence[Row], rate: float = DEFAULT_RATE) -> list[dict[str, Any]]:
+    """Each target with its measured value and status ("met", "not met", "not measured")."""
+    found = {(r["bench"], r["metric"]): r["value"] for r in rows}
+    out = []
+    for t in TARGETS:
+        value = found.get((t.bench, t.metric))
+        status = "not measured" if value is None else ("met" if t.met(value) else "not met")
+        label = t.label
+        if t.metric == "freshness_p99" and rate != DEFAULT_RATE:
+            label += f" (measured at {rate:,.0f} events/s)"
+        out.append(
+            {
+                "target": label,
+                "metric": f"{t.bench}/{t.metric}",
+                "op": t.op,
+                "threshold": t.threshold,
+                "unit": t.unit,
+                "value": value,
+                "status": status,
+            }
+        )
+    return out
+
+
+def render_targets(targets: Sequence[dict[str, Any]]) -> str:
+    """The targets as lines: label, measured value, status."""
+    width = max((len(t["target"]) for t in targets), default=0)
+    lines = ["targets (reported, not asserted):"]
+    for t in targets:
+        measured = format_value(t["value"])
+        unit = f" {t['unit']}" if t["value"] is not None else ""
+        lines.append(f"  {t['target']:<{width}}  {measured:>10}{unit:<10} {t['status']}")
+    return "\n".join(lines)
+
+
+def results_document(
+    rows: Sequence[Row],
+    targets: Sequence[dict[str, Any]],
+    errors: Sequence[str],
+    args: argparse.Namespace,
+    started: datetime,
+    seconds: float,
+    load_start: Sequence[float],
+) -> dict[str, Any]:
+    """The JSON written at the end: options, machine, rows, targets, errors."""
+    return {
+        "started_at": started.isoformat(timespec="seconds"),
+        "seconds": round(seconds, 1),
+        "options": {
+            "quick": args.quick,
+            "only": args.only,
+            "events": args.events,
+            "rate": args.rate,
+            "state_store": args.state_store,
+        },
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "loadavg_start": list(load_start),
+            "loadavg_end": list(os.getloadavg()),
+        },
+        "rows": list(rows),
+        "targets": list(targets),
+        "errors": list(errors),
+    }
+
+
+_T0 = time.monotonic()
+
+
+def _log(msg: str) -> None:
+    print(f"[bench {time.monotonic() - _T0:5.0f}s] {msg}", file=sys.stderr, flush=True)
+
+
+def _module_runner(name: str) -> Callable[[bool], list[Row]]:
+    module = importlib.import_module(f"bench.bench_{name}")
+    runner: Callable[[bool], list[Row]] = module.run
+    return runner
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run, print, write; 0 when every chosen benchmark ran, 1 when one failed."""
+    args = parse_args(argv)
+    started, t0, load_start = datetime.now(UTC), time.monotonic(), os.getloadavg()
+    stamp = started.strftime("%Y%m%dT%H%M%SZ")
+    out_path: Path = args.json or RESULTS_DIR / f"results-{stamp}.json"
+    rows: list[Row] = []
+    errors: list[str] = []
+    parts = [n for n in args.only if n in PIPELINE_PARTS]
+    if parts:
+        from bench.bench_pipeline import measure
+
+        _log(f"pipeline: {', '.join(parts)}")
+        try:
+            got, errs = measure(
+                args.quick,
+                events=args.events,
+                rate=args.rate,
+                parts=parts,
+                state_store=args.state_store,
+                log_dir=RESULTS_DIR / f"logs-{stamp}",
+                log=_log,
+            )
+            rows += got
+            errors += errs
+        except Exception as exc:
+            errors.append(f"pipeline: {type(exc).__name__}: {exc}")
+            _log(errors[-1])
+    for name in (n for n in args.only if n in MODULE_BENCHES):
+        _log(f"{name}: running")
+        t1 = time.monotonic()
+        try:
+            rows += _module_runner(name)(args.quick)
+            _log(f"{name}: done in {time.monotonic() - t1:.0f}s")
+        except Exception as exc:  # one broken benchmark must not hide the others
+            errors.append(f"{name}: {type(exc).__name__}: {exc}")
+            _log(errors[-1])
+    targets = evaluate_targets(rows, args.rate)
+    doc = results_document(rows, targets, errors, args, started, time.monotonic() - t0, load_start)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    out_path.write_text(json.dumps(doc, indent=1) + "\n")
+    print(render_table(rows))
+    print()
+    print(render_targets(targets))
+    for err in errors:
+        print(f"error: {err.splitlines()[0]}")
+    print(f"\n{len(rows)} rows in {doc['seconds']:.0f}s; results: {out_path}")
+    return 1 if errors else 0

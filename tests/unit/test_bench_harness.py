@@ -1,0 +1,119 @@
+"""``python -m bench``: argument parsing, the table, the targets and the JSON file (no timing)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench import _harness as harness
+from bench.bench_pipeline import stats_rate
+
+
+def _row(bench: str, metric: str, value: float, unit: str) -> dict[str, object]:
+    return {"bench": bench, "metric": metric, "value": value, "unit": unit}
+
+
+def test_defaults_run_every_benchmark_in_order() -> None:
+    args = harness.parse_args([])
+    assert args.only == ["baseline", "worker", "freshness", "publisher", "parse", "ledger"]
+    assert (args.quick, args.events, args.rate, args.json) == (False, None, 5000.0, None)
+    assert args.state_store == "rocksdb"
+
+
+def test_only_expands_pipeline_and_keeps_the_run_order() -> None:
+    args = harness.parse_args(["--quick", "--only", "ledger", "pipeline", "--only", "parse"])
+    assert args.quick
+    assert args.only == ["baseline", "worker", "freshness", "parse", "ledger"]
+
+
+def test_options_are_parsed() -> None:
+    args = harness.parse_args(["--events", "1000", "--rate", "2500", "--json", "out/r.json"])
+    assert (args.events, args.rate, args.json) == (1000, 2500.0, Path("out/r.json"))
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--only", "nope"], ["--events", "0"], ["--events", "ten"], ["--rate", "-5"], ["--only"]],
+)
+def test_bad_arguments_exit_with_usage(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        harness.parse_args(argv)
+    assert exc.value.code == 2
+    assert "usage: python -m bench" in capsys.readouterr().err
+
+
+def test_table_aligns_columns_and_formats_values() -> None:
+    table = harness.render_table(
+        [
+            _row("pipeline", "worker_events_per_s", 23456.789, "events/s"),
+            _row("parse", "parse_batch_cost_vs_orjson", 4.531, "x"),
+            _row("publisher", "publish_p50", 0.01234, "ms"),
+        ]
+    )
+    lines = table.splitlines()
+    assert lines[0].split() == ["bench", "metric", "value", "unit"]
+    assert set(lines[1]) == {"-", " "}
+    assert "23,457" in lines[2] and lines[2].endswith("events/s")
+    assert "4.53" in lines[3]
+    assert "0.01234" in lines[4]
+    # the value column is right-aligned: every value ends at the same column
+    values = ["23,457", "4.53", "0.01234"]
+    ends = {line.index(v) + len(v) for line, v in zip(lines[2:], values, strict=True)}
+    assert len(ends) == 1
+
+
+def test_targets_report_met_not_met_and_not_measured() -> None:
+    rows = [
+        _row("pipeline", "worker_vs_baseline", 62.5, "%"),
+        _row("pipeline", "worker_events_per_s", 12_000, "events/s"),
+        _row("ledger", "run_timeline_p95", 100.0, "ms"),
+    ]
+    status = {t["metric"]: t["status"] for t in harness.evaluate_targets(rows)}
+    assert status["pipeline/worker_vs_baseline"] == "met"
+    assert status["pipeline/worker_events_per_s"] == "not met"
+    assert status["ledger/run_timeline_p95"] == "met"  # the bound is inclusive
+    assert status["pipeline/freshness_p99"] == "not measured"
+    text = harness.render_targets(harness.evaluate_targets(rows))
+    assert "12,000 events/s" in text and "not measured" in text
+
+
+def test_freshness_target_names_a_different_offered_rate() -> None:
+    rows = [_row("pipeline", "freshness_p99", 800.0, "ms")]
+    (fresh,) = [t for t in harness.evaluate_targets(rows, rate=8000) if "freshness" in t["metric"]]
+    assert fresh["status"] == "met"
+    assert "measured at 8,000 events/s" in fresh["target"]
+
+
+def test_main_prints_the_table_and_writes_the_json(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def fake(name: str):  # type: ignore[no-untyped-def]
+        if name == "ledger":
+
+            def broken(quick: bool) -> list[dict[str, object]]:
+                raise RuntimeError("the ledger child failed (1)")
+
+            return broken
+        return lambda quick: [_row(name, "parse_batch", 65_000.0 if not quick else 1.0, "events/s")]
+
+    monkeypatch.setattr(harness, "_module_runner", fake)
+    out = tmp_path / "results.json"
+    code = harness.main(["--only", "parse", "ledger", "--json", str(out)])
+    printed = capsys.readouterr().out
+    assert code == 1  # a failed benchmark fails the run; the others are still reported
+    assert "parse_batch" in printed and "65,000" in printed
+    assert "error: ledger: RuntimeError: the ledger child failed (1)" in printed
+    doc = json.loads(out.read_text())
+    assert doc["rows"] == [_row("parse", "parse_batch", 65_000.0, "events/s")]
+    assert doc["options"]["only"] == ["parse", "ledger"]
+    assert doc["errors"] == ["ledger: RuntimeError: the ledger child failed (1)"]
+    assert {t["status"] for t in doc["targets"]} == {"not measured"}
+
+
+def test_worker_rate_from_the_stats_file_counts_all_batches_but_one() -> None:
+    stats = {"first_batch_at": 100.0, "last_batch_at": 102.0, "events": 30_000, "batches": 6}
+    assert stats_rate(stats) == pytest.approx(12_500.0)  # 5 of 6 batches in 2 s
+    assert stats_rate({**stats, "batches": 1}) is None
+    assert stats_rate({**stats, "first_batch_at": None}) is None
