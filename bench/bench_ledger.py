@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -89,6 +90,8 @@ def _batches(n_runs: int, start: datetime, span_s: float, per_batch: int, seed: 
                 "medium" if estimated else None, ts,
             ))  # fmt: skip
             if estimated and turn == 1:  # a late reported row supersedes this estimate
+                # as the core does: re-emit the estimate superseded, with a higher version
+                batch.usage.append(replace(batch.usage[-1], superseded=True, version=2))
                 batch.usage.append(UsageRow(
                     f"{run_id}-r{turn}", run_id, seq, tenant, None, provider, model,
                     "provider_turn", turn, 1, None, tin, tout, tin + tout, None, None,

@@ -79,7 +79,7 @@ class RunRow:
 
 @dataclass(slots=True)
 class TurnRow:
-    """One model or deterministic turn (table ``turns_store``, key ``(run_id, kind, turn, attempt)``)."""
+    """One model or deterministic turn (``turns_store``, key ``(run_id, kind, turn, attempt)``)."""
 
     run_id: str
     kind: str  # model|deterministic
@@ -112,7 +112,7 @@ class TurnRow:
 
 @dataclass(slots=True)
 class UsageRow:
-    """One ``usage_recorded`` event (table ``usage_store``, key ``event_id``)."""
+    """One ``usage_recorded`` event (``usage_store``, key ``event_id``, highest version wins)."""
 
     event_id: str
     run_id: str
@@ -135,6 +135,10 @@ class UsageRow:
     estimated: bool
     confidence: str | None
     recorded_at: datetime
+    # an estimate for which a reported row of the same (run_id, turn, attempt) exists: the
+    # core re-emits the estimate with superseded=True and a higher version when it sees both
+    superseded: bool = False
+    version: int = 1
 
 
 @dataclass(slots=True)

@@ -40,33 +40,18 @@ FROM {db}.usage_store AS u FINAL
 WHERE u.scope = 'provider_turn'
   AND u.recorded_at >= {{start:DateTime64(3, 'UTC')}}
   AND u.recorded_at < {{end:DateTime64(3, 'UTC')}}{tenant_filter}
-  AND NOT (u.estimated AND (u.run_id, u.turn, u.attempt) IN (
-      -- reported rows that supersede an estimate, looked up only for the runs that
-      -- have an estimate in the range (the reported row itself may fall outside it)
-      SELECT run_id, turn, attempt
-      FROM {db}.usage_store
-      WHERE scope = 'provider_turn' AND NOT estimated
-        AND run_id IN (
-            SELECT run_id
-            FROM {db}.usage_store
-            WHERE scope = 'provider_turn' AND estimated
-              AND recorded_at >= {{start:DateTime64(3, 'UTC')}}
-              AND recorded_at < {{end:DateTime64(3, 'UTC')}}{tenant_filter_inner}
-        )
-  ))
+  AND NOT u.superseded
 GROUP BY tenant_id, provider, model, kind, currency, confidence
 ORDER BY tenant_id, provider, model, kind, currency, confidence
 SETTINGS
     -- an event_id never changes partition, so FINAL may work per partition
     do_not_merge_across_partitions_select_final = 1,
-    -- rows of one event_id are identical, so filtering before FINAL is exact
-    optimize_move_to_prewhere_if_final = 1,
-    -- look up the superseding rows for estimated rows only
-    short_circuit_function_evaluation = 'force_enable'
+    -- the filters are on columns a row's versions share (scope, time, tenant), but
+    -- superseded changes between versions: keep it after FINAL
+    optimize_move_to_prewhere_if_final = 0
 """
 
 _TENANT_FILTER = "\n  AND u.tenant_id = {tenant:String}"
-_TENANT_FILTER_INNER = "\n              AND tenant_id = {tenant:String}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,7 +114,6 @@ def billing_report(
     sql = BILLING_SQL.format(
         db=database,
         tenant_filter=_TENANT_FILTER if tenant is not None else "",
-        tenant_filter_inner=_TENANT_FILTER_INNER if tenant is not None else "",
     )
     params: dict[str, Any] = {"start": _ch_time(lo), "end": _ch_time(hi)}
     if tenant is not None:

@@ -17,14 +17,13 @@ import orjson
 
 from schemas import (
     QuarantineRow,
-    RawEventRow,
-    UsageRow,
     event_to_wire,
     is_terminal_agent_event_type,
 )
 
 from ._alerts import alert_record, stale_alert
 from ._cache import CacheMinutes
+from ._rows import data_of, raw_row, usage_rows
 from ._run import RunState, from_us, to_us
 from ._timeline import run_row, turn_rows, view_of
 from ._types import CoreConfig, Delivery, LimitDeath, Output, OutRecord
@@ -134,7 +133,7 @@ class Processor:
         if term is not None and ev.seq > term["seq"]:
             self._quarantine(out, d, "conflicting_terminal" if is_terminal else "post_terminal")
             return
-        data = _data_of(ev)
+        data = data_of(ev)
         if is_terminal:
             if (
                 term is not None
@@ -157,7 +156,7 @@ class Processor:
             self._open.add(run.run_id)
         run.apply(ev, data, ts_us)
         out.stats["applied"] += 1
-        out.ledger.events.append(_raw_row(d, ev, data))
+        out.ledger.events.append(raw_row(d, ev, data))
         keys = touched.setdefault(run.run_id, set())
         if ev.type == "provider_turn_finished":
             keys.add(("model", data["turn"], data["attempt"]))
@@ -168,7 +167,7 @@ class Processor:
         elif ev.type == "deterministic_turn_finished":
             keys.add(("deterministic", data["turn"], 0))
         elif ev.type == "usage_recorded":
-            out.ledger.usage.append(_usage_row(d, ev, data))
+            out.ledger.usage.extend(usage_rows(run, ev.seq))
             if data["scope"] == "provider_turn":
                 keys.add(("model", data["turn"], data["attempt"]))
 
@@ -363,65 +362,3 @@ class Processor:
         self._dirty.clear()
         self._dropped.clear()
         return out
-
-
-def _data_of(ev: Any) -> dict[str, Any]:
-    """The event's payload in wire form (camelCase, absent fields omitted)."""
-    data = ev.data
-    if isinstance(data, dict):
-        return data
-    return data.model_dump(mode="json", by_alias=True, exclude_none=True)
-
-
-def _raw_row(d: Delivery, ev: Any, data: dict[str, Any]) -> RawEventRow:
-    agent, model, parent = ev.agent, ev.model, ev.parent
-    return RawEventRow(
-        event_id=ev.event_id,
-        run_id=ev.run_id,
-        seq=ev.seq,
-        type=ev.type,
-        ts=ev.ts,
-        tenant_id=ev.tenant_id,
-        account_id=ev.account_id,
-        user_id=ev.user_id,
-        session_id=ev.session_id,
-        agent_id=agent.id if agent is not None else None,
-        provider=model.provider if model is not None else None,
-        model=model.model if model is not None else None,
-        parent_run_id=parent.run_id if parent is not None else None,
-        bundle_digest=ev.bundle_digest,
-        payload=orjson.dumps(data).decode(),
-        traceparent=d.traceparent,
-        source=d.source,
-        partition=d.partition,
-        offset=d.offset,
-        received_at=d.received_at,
-    )
-
-
-def _usage_row(d: Delivery, ev: Any, data: dict[str, Any]) -> UsageRow:
-    u = ev.data.usage
-    model = ev.model
-    return UsageRow(
-        event_id=ev.event_id,
-        run_id=ev.run_id,
-        seq=ev.seq,
-        tenant_id=ev.tenant_id,
-        account_id=ev.account_id,
-        provider=model.provider if model is not None else None,
-        model=model.model if model is not None else None,
-        scope=data["scope"],
-        turn=data.get("turn"),
-        attempt=data.get("attempt"),
-        entry_id=data.get("entryId"),
-        input_tokens=u.input_tokens,
-        output_tokens=u.output_tokens,
-        total_tokens=u.total_tokens,
-        cache_read_tokens=u.cache_read_tokens,
-        cache_write_tokens=u.cache_write_tokens,
-        cost=u.cost,
-        currency=u.currency,
-        estimated=bool(u.estimated),
-        confidence=u.confidence,
-        recorded_at=ev.ts,
-    )

@@ -129,9 +129,11 @@ CREATE TABLE IF NOT EXISTS ${db}.usage_store ${on_cluster}
     estimated Bool,
     confidence LowCardinality(Nullable(String)),
     recorded_at DateTime64(3, 'UTC'),
+    superseded Bool,
+    version UInt32,
     INDEX idx_run_id run_id TYPE bloom_filter(0.001) GRANULARITY 1
 )
-ENGINE = ${engine}
+ENGINE = ${engine:version}
 PARTITION BY toYYYYMM(recorded_at)
 ORDER BY (tenant_id, toDate(recorded_at), run_id, event_id)
 SETTINGS ${dedup_window}, allow_nullable_key = 1;

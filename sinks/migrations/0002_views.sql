@@ -10,7 +10,7 @@ SELECT * FROM ${db}.runs_store FINAL;
 
 -- One row per usage_recorded event (provider_turn and run_total scopes).
 CREATE OR REPLACE VIEW ${db}.usage ${on_cluster} AS
-SELECT * FROM ${db}.usage_store FINAL
+SELECT * EXCEPT (version) FROM ${db}.usage_store FINAL
 SETTINGS do_not_merge_across_partitions_select_final = 1;
 
 -- One row per model or deterministic turn, its latest version.
@@ -58,15 +58,10 @@ SETTINGS do_not_merge_across_partitions_select_final = 1;
 
 -- The billable rows: provider_turn usage only (run_total never reaches billing).
 -- superseded marks an estimate for which a reported row of the same (run_id, turn,
--- attempt) exists: reported usage always wins, so billing skips superseded estimates.
+-- attempt) exists (set by the run-semantics core, which sees both rows): reported usage
+-- always wins, so billing skips superseded estimates.
 CREATE OR REPLACE VIEW ${db}.billing_usage ${on_cluster} AS
-SELECT
-    *,
-    estimated AND (run_id, turn, attempt) IN (
-        SELECT run_id, turn, attempt
-        FROM ${db}.usage_store
-        WHERE scope = 'provider_turn' AND NOT estimated
-    ) AS superseded
+SELECT * EXCEPT (version)
 FROM ${db}.usage_store FINAL
 WHERE scope = 'provider_turn'
 SETTINGS do_not_merge_across_partitions_select_final = 1;

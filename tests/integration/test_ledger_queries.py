@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
@@ -51,7 +52,7 @@ FLEET = [
        cache_write_tokens=5, cost=Decimal("0.20")),
     _u("u3", scope="run_total", turn=None, attempt=None, input_tokens=300, output_tokens=30,
        total_tokens=330, cost=Decimal("0.30")),
-    _est("u4", 3, "low", input_tokens=1000),  # superseded by u5 (recorded in February)
+    _est("u4", 3, "low", input_tokens=1000),  # superseded by u5 (recorded in February), below
     _u("u5", turn=3, input_tokens=400, cost=Decimal("0.40"),
        recorded_at=datetime(2025, 2, 1, 0, 0, 1, tzinfo=UTC)),
     _est("u6", 4, "medium", input_tokens=50, output_tokens=5, total_tokens=55),
@@ -86,6 +87,9 @@ EXPECTED_JANUARY = [
 def test_billing_report_on_a_hand_built_ledger(ch_client: Any, ledger: str) -> None:
     _write(ch_client, ledger, LedgerBatch(usage=FLEET))
     _write(ch_client, ledger, LedgerBatch(usage=[FLEET[0]]), first=100)  # redelivered u1
+    # the core re-emits u4 once it sees u5 (a report for the same turn): a newer version wins
+    u4_superseded = dataclasses.replace(FLEET[3], superseded=True, version=2)
+    _write(ch_client, ledger, LedgerBatch(usage=[u4_superseded]), first=200)
     lines = billing_report(ch_client, ledger, date(2025, 1, 1), date(2025, 2, 1))
     assert [_line(x) for x in lines] == EXPECTED_JANUARY
 

@@ -21,12 +21,21 @@ def last_run_row(out, run_id="r1"):
 
 
 def test_simple_run_closes_once_with_its_record():
-    b = RunBuilder().started().turn(1, usage={"inputTokens": 100, "outputTokens": 5}).finished(
-        finishReason="stop")
+    b = (
+        RunBuilder()
+        .started()
+        .turn(1, usage={"inputTokens": 100, "outputTokens": 5})
+        .finished(finishReason="stop")
+    )
     proc = Processor(CFG, partition=0)
     out = proc.process(deliveries(b.events), NOW)
     row = last_run_row(out)
-    assert (row.status, row.terminal_type, row.model_turns, row.closed) == ("succeeded", "agent_finished", 1, True)
+    assert (row.status, row.terminal_type, row.model_turns, row.closed) == (
+        "succeeded",
+        "agent_finished",
+        1,
+        True,
+    )
     assert row.missing_seqs == [] and row.finish_reason == "stop"
     assert len(out.closed) == 1 and orjson.loads(out.closed[0].value)["runId"] == "r1"
     assert len(out.ledger.events) == 3
@@ -63,9 +72,15 @@ def test_limit_death_out_of_order_carries_breach_and_attribution():
     out = proc.process(deliveries(shuffled[3:], start_offset=3), NOW)
     row = last_run_row(out)
     assert row.status == "failed" and row.closed and row.missing_seqs == []
-    assert (row.exhaustion_limit, row.exhaustion_maximum, row.exhaustion_observed) == ("maxInputTokens", 8.0, 9.0)
+    assert (row.exhaustion_limit, row.exhaustion_maximum, row.exhaustion_observed) == (
+        "maxInputTokens",
+        8.0,
+        9.0,
+    )
     assert row.exhaustion_axis == "maxInputTokens"
-    assert orjson.loads(row.exhaustion_closest) == [{"axis": "maxInputTokens", "used": 9, "maximum": 8}]
+    assert orjson.loads(row.exhaustion_closest) == [
+        {"axis": "maxInputTokens", "used": 9, "maximum": 8}
+    ]
     assert [d.axis for d in out.limit_deaths] == ["maxInputTokens"]
     timeline = orjson.loads(out.closed[0].value)
     assert timeline["exhaustion"]["axis"] == "maxInputTokens" and timeline["status"] == "failed"
@@ -137,7 +152,9 @@ def test_stale_run_is_marked_incomplete_on_event_time_and_alerted():
     out = proc.process(deliveries(stale.events + fresh.events), NOW)
     assert last_run_row(out, "stale").status == "incomplete"
     assert last_run_row(out, "fresh").status == "running"
-    assert [(a.rule, a.state, a.key) for a in out.ledger.alerts] == [("stale_run", "firing", "stale")]
+    assert [(a.rule, a.state, a.key) for a in out.ledger.alerts] == [
+        ("stale_run", "firing", "stale")
+    ]
     assert not out.closed  # no made-up terminal
     # its terminal arrives after all: the run closes and the alert resolves
     late = RunBuilder("stale").started().turn(1).finished()
@@ -199,7 +216,10 @@ def test_run_total_mismatch_is_flagged_and_usage_rows_keep_scope():
     assert last_run_row(out, "ok").usage_mismatch is False
     assert last_run_row(out, "bad").usage_mismatch is True
     assert sorted(u.scope for u in out.ledger.usage if u.run_id == "ok") == [
-        "provider_turn", "provider_turn", "run_total"]
+        "provider_turn",
+        "provider_turn",
+        "run_total",
+    ]
 
 
 def test_deterministic_turns_never_count_as_model_turns():
@@ -218,8 +238,17 @@ def test_deterministic_turns_never_count_as_model_turns():
         ({"type": "agent_finished", "data": {"stopReason": "turn_limit"}}, "succeeded"),
         ({"type": "agent_denied", "data": {"reason": "policy"}}, "denied"),
         ({"type": "error", "data": {"error": {"code": "c", "message": "m"}}}, "failed"),
-        ({"type": "error", "data": {"error": {"code": "c", "message": "m"}, "aborted": True,
-                                    "abortReason": "user"}}, "aborted"),
+        (
+            {
+                "type": "error",
+                "data": {
+                    "error": {"code": "c", "message": "m"},
+                    "aborted": True,
+                    "abortReason": "user",
+                },
+            },
+            "aborted",
+        ),
     ],
 )
 def test_terminal_type_decides_status(terminal, expected):
@@ -233,13 +262,20 @@ def test_suspended_run_and_resume():
     proc = Processor(CFG)
     assert last_run_row(proc.process(deliveries(b.events), NOW)).status == "suspended"
     b.add("run_resumed", {})
-    assert last_run_row(proc.process(deliveries(b.events[2:], start_offset=2), NOW)).status == "running"
+    assert (
+        last_run_row(proc.process(deliveries(b.events[2:], start_offset=2), NOW)).status
+        == "running"
+    )
 
 
 def test_unknown_type_is_kept_in_the_raw_log_but_changes_no_state():
     b = RunBuilder().started().add("memory_compacted", {"bytes": 12}).finished()
     out = Processor(CFG).process(deliveries(b.events), NOW)
-    assert [e.type for e in out.ledger.events] == ["agent_started", "memory_compacted", "agent_finished"]
+    assert [e.type for e in out.ledger.events] == [
+        "agent_started",
+        "memory_compacted",
+        "agent_finished",
+    ]
     assert last_run_row(out).status == "succeeded"
 
 
@@ -253,16 +289,27 @@ def test_cache_minute_rows_are_full_totals_not_deltas():
     assert len(first) == len(second) == 1
     row = second[0]
     assert (row.turns, row.turns_reporting_cache, row.turns_not_reporting_cache) == (2, 1, 1)
-    assert (row.input_tokens, row.input_tokens_reporting_cache, row.cache_read_tokens) == (400, 100, 40)
+    assert (row.input_tokens, row.input_tokens_reporting_cache, row.cache_read_tokens) == (
+        400,
+        100,
+        40,
+    )
     assert row.partition == 3 and row.version == 2 > first[0].version
 
 
 def test_children_link_and_narrowing_appear_on_the_timeline():
     parent = RunBuilder("p").started()
     parent.add("child_milestone", {"delegationId": "d1", "childId": "c1", "childRunId": "child"})
-    parent.add("child_failed", {"delegationId": "d1", "childId": "c1", "childRunId": "child",
-                                "error": {"code": "x", "message": "m"},
-                                "breach": {"limit": "maxTurns", "maximum": 2, "observed": 3}})
+    parent.add(
+        "child_failed",
+        {
+            "delegationId": "d1",
+            "childId": "c1",
+            "childRunId": "child",
+            "error": {"code": "x", "message": "m"},
+            "breach": {"limit": "maxTurns", "maximum": 2, "observed": 3},
+        },
+    )
     parent.add("tool_narrowing_clamped", {"turn": 1, "dropped": ["web.search"]}).finished()
     child = RunBuilder("child", parent={"runId": "p", "delegationId": "d1", "childId": "c1"})
     child.started().finished()
@@ -282,7 +329,9 @@ def test_closed_runs_shrink_to_tombstones_and_expire_after_retention():
     # still catches a duplicate and a post-terminal event
     b.turn(2)
     out = proc.process(deliveries([b.events[1], b.events[3]]), NOW)
-    assert out.stats["duplicate"] == 1 and [q.reason for q in out.ledger.quarantine] == ["post_terminal"]
+    assert out.stats["duplicate"] == 1 and [q.reason for q in out.ledger.quarantine] == [
+        "post_terminal"
+    ]
     later = RunBuilder("later", start=T0 + timedelta(minutes=20)).started()
     out = proc.process(deliveries(later.events), NOW)
     assert "r1" not in proc.runs and out.state_writes[proc.run_key("r1")] is None
@@ -306,3 +355,23 @@ def test_mismatch_compares_run_total_with_usage_rows_not_inline_turn_usage():
     assert last_run_row(out).usage_mismatch is True
     turn2 = [t for t in out.ledger.turns if t.turn == 2][-1]
     assert turn2.input_tokens == 20 and turn2.usage_source == "reported"
+
+
+def test_estimate_rows_are_marked_superseded_when_a_report_exists_in_either_order():
+    b = RunBuilder().started().turn(1)
+    b.usage(turn=1, attempt=1, inputTokens=90, estimated=True, confidence="low")
+    b.usage(turn=1, attempt=1, inputTokens=120, cost="0.01", currency="USD")
+    b.usage(turn=1, attempt=2, inputTokens=50, estimated=True, confidence="medium").finished()
+    out = Processor(CFG).process(deliveries(b.events), NOW)
+    current = {}
+    for row in out.ledger.usage:  # what ReplacingMergeTree keeps: the highest version per event
+        if row.event_id not in current or row.version > current[row.event_id].version:
+            current[row.event_id] = row
+    by_seq = {r.seq: (r.estimated, r.superseded) for r in current.values()}
+    assert by_seq == {2: (True, True), 3: (False, False), 4: (True, False)}
+    # the same turn with the report first: the late estimate is written superseded at once
+    b2 = RunBuilder("r2").started().turn(1)
+    b2.usage(turn=1, attempt=1, inputTokens=120)
+    b2.usage(turn=1, attempt=1, inputTokens=90, estimated=True, confidence="low").finished()
+    out = Processor(CFG).process(deliveries(b2.events), NOW)
+    assert [(u.seq, u.superseded) for u in out.ledger.usage] == [(2, False), (3, True)]

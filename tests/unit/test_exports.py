@@ -10,7 +10,16 @@ import types
 
 import pytest
 
-PACKAGES = ["schemas"]
+PACKAGES = [
+    "schemas",
+    "runtime",
+    "runtime.simulator",
+    "sinks",
+    "dashboards",
+    "pipeline.core",
+    "pipeline.worker",
+    "pipeline.replay",
+]
 
 
 @pytest.fixture(params=PACKAGES)

@@ -10,8 +10,8 @@ from sinks import STORAGE_TABLES, LedgerConfigError, MigrationError, load_migrat
 from sinks._migrate import render_migrations, render_sql
 from sinks._tables import columns_of
 
-UPDATED = {"runs_store", "turns_store", "cache_minute_store", "alerts_store"}
-APPEND_ONLY = {"usage_store", "run_events_store", "quarantine_store", "dead_letters_store"}
+UPDATED = {"runs_store", "turns_store", "usage_store", "cache_minute_store", "alerts_store"}
+APPEND_ONLY = {"run_events_store", "quarantine_store", "dead_letters_store"}
 
 
 def _creates(statements: list[str]) -> dict[str, str]:
@@ -60,7 +60,8 @@ def test_cluster_ddl_is_replicated_and_on_cluster() -> None:
         assert "ON CLUSTER `prod_cluster`" in st, st[:80]
     path = "'/clickhouse/tables/{shard}/{database}/{table}', '{replica}'"
     assert f"ENGINE = ReplicatedReplacingMergeTree({path}, version)" in creates["runs_store"]
-    assert f"ENGINE = ReplicatedReplacingMergeTree({path})\n" in creates["usage_store"]
+    assert f"ENGINE = ReplicatedReplacingMergeTree({path}, version)" in creates["usage_store"]
+    assert f"ENGINE = ReplicatedReplacingMergeTree({path})\n" in creates["quarantine_store"]
     for table, ddl in creates.items():
         assert "replicated_deduplication_window = 10000" in ddl, table
         assert "non_replicated" not in ddl

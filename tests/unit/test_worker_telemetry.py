@@ -29,7 +29,7 @@ def otel():
 
 @pytest.mark.timeout(30)
 async def test_publisher_span_and_worker_batch_span_share_a_trace(otel, tmp_path):
-    tp, spans, mp, reader = otel
+    tp, spans, mp, _reader = otel
     publisher = InMemoryPublisher()
     with tp.get_tracer("agent").start_as_current_span("agent.run") as agent_span:
         run = publisher.run("run-1", tenant_id="acme")
@@ -37,8 +37,9 @@ async def test_publisher_span_and_worker_batch_span_share_a_trace(otel, tmp_path
         run.emit("agent_finished", {"finishReason": "stop"})
     with tp.get_tracer("other").start_as_current_span("other.run"):
         publisher.run("run-2", tenant_id="acme").emit("agent_started", {})
-    traceparents = [publisher.headers_of(e["eventId"])["traceparent"].decode()
-                    for e in publisher.events]
+    traceparents = [
+        publisher.headers_of(e["eventId"])["traceparent"].decode() for e in publisher.events
+    ]
 
     tel = WorkerTelemetry(tmp_path / "worker-stats.json", tracer_provider=tp, meter_provider=mp)
     with tel.batch_span(len(traceparents), traceparents), tel.insert_span(rows=3):
@@ -67,6 +68,10 @@ def test_stats_file_reports_freshness_and_counts(otel, tmp_path):
     doc = json.loads((tmp_path / "worker-stats.json").read_text())
     assert (doc["events"], doc["applied"], doc["rejected"]) == (4, 3, {"dlq.unparsable": 1})
     assert doc["freshness_ms"]["count"] == 3 and 90 <= doc["freshness_ms"]["p50"] <= 1000
-    names = {m.name for rm in reader.get_metrics_data().resource_metrics
-             for sm in rm.scope_metrics for m in sm.metrics}
+    names = {
+        m.name
+        for rm in reader.get_metrics_data().resource_metrics
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+    }
     assert {"prism.events.consumed", "prism.events.outcome", "prism.freshness"} <= names
