@@ -266,18 +266,7 @@ class Processor:
                 )
             )
         if run.alerts.get("stale_run") == "firing":
-            self._alert(
-                out,
-                stale_alert(
-                    run.run_id,
-                    run.meta_value("tenant_id"),
-                    run.last_us or 0,
-                    self.watermark_us,
-                    self.config.stale_after_s,
-                    "resolved",
-                ),
-            )
-            run.alerts["stale_run"] = "resolved"
+            self._stale_alert(run, out, "resolved")
         self._retire.append((self.watermark_us, run.run_id))
         if not row.missing_seqs:
             self._shrink(run)
@@ -332,19 +321,21 @@ class Processor:
         out.ledger.runs.append(run_row(run, view, timeline=True))
         out.stats["incomplete"] += 1
         if run.alerts.get("stale_run") != "firing":
-            self._alert(
-                out,
-                stale_alert(
-                    run.run_id,
-                    run.meta_value("tenant_id"),
-                    run.last_us or 0,
-                    self.watermark_us,
-                    self.config.stale_after_s,
-                    "firing",
-                ),
-            )
-            run.alerts["stale_run"] = "firing"
+            self._stale_alert(run, out, "firing")
         self._dirty.add(run.run_id)
+
+    def _stale_alert(self, run: RunState, out: Output, state: str) -> None:
+        """Raise (or resolve) the alert of a run without a terminal past the stale threshold."""
+        row = stale_alert(
+            run.run_id,
+            run.meta_value("tenant_id"),
+            run.last_us or 0,
+            self.watermark_us,
+            self.config.stale_after_s,
+            state,
+        )
+        run.alerts["stale_run"] = state
+        self._alert(out, row)
 
     def _alert(self, out: Output, row: Any) -> None:
         out.ledger.alerts.append(row)

@@ -13,7 +13,7 @@ import orjson
 
 from schemas import RunRow, TurnRow
 
-from ._run import RunState, from_us
+from ._run import ENVELOPE_FIELDS, RunState, from_us
 
 __all__ = ["RunView", "view_of"]
 
@@ -178,7 +178,7 @@ def run_row(run: RunState, view: RunView, *, timeline: bool) -> RunRow:
     started = view.started_us if view.started_us is not None else run.first_us
     return RunRow(
         run_id=run.run_id,
-        **{name: m(name) for name in _META_COLUMNS},
+        **{name: m(name) for name in ENVELOPE_FIELDS},
         status=view.status,
         terminal_type=term["t"] if term is not None else None,
         terminal_seq=run.terminal["seq"] if term is not None and run.terminal else None,
@@ -210,22 +210,6 @@ def run_row(run: RunState, view: RunView, *, timeline: bool) -> RunRow:
         timeline=orjson.dumps(closed_record(run, view)).decode() if timeline else "",
         version=run.revision,
     )
-
-
-_META_COLUMNS = (
-    "tenant_id",
-    "account_id",
-    "user_id",
-    "session_id",
-    "agent_id",
-    "agent_definition_revision",
-    "provider",
-    "model",
-    "parent_run_id",
-    "delegation_id",
-    "child_id",
-    "bundle_digest",
-)
 
 
 def _num(v: Any) -> float | None:
