@@ -46,9 +46,9 @@ def build_worker(settings: Settings) -> PipelineWorker:
 
 def run_worker(settings: Settings, *, loglevel: int = logging.INFO) -> int:
     """Run until SIGTERM/SIGINT; faust stops the agents, flushes and commits on the way out."""
-    import faust
-
     import asyncio
+
+    import faust
 
     from ..topics import ensure_topics
 

@@ -1,0 +1,234 @@
+"""Test-only fault injection at the ledger writer's seams, switched on by ``PRISM_FAULTS``.
+
+The fault-injection suite (``tests/integration/test_faults*.py``) sets ``PRISM_FAULTS`` in
+a worker subprocess's environment to make it die or fail at exact points of a ledger
+flush. When the variable is unset or empty, ``from_env()`` returns ``None`` and the worker
+builds its writer exactly as it would without this module. Never set it in production.
+
+Spec: comma-separated faults, each kind at most once. Flushes are numbered from 1 in the
+order the worker calls ``LedgerWriter.flush()`` (a retried flush counts again).
+
+- ``kill_after_insert:N``: SIGKILL the process once the first flush numbered >= N that
+  stored rows has inserted every table, before ``flush()`` returns: the rows are in the
+  ledger, the offsets they came from are not committed.
+- ``kill_mid_insert:N``: SIGKILL the process between the first and the second table
+  insert of the first flush numbered >= N that inserts two tables or more.
+- ``fail_inserts:N`` or ``fail_inserts:Ts``: every insert raises a transient
+  ``ConnectionError`` (nothing is inserted) for N insert calls, or for T seconds from the
+  first failing call. ``@M`` (``fail_inserts:10s@3``) starts failing at flush M.
+
+Each fault writes one ``prism-fault: ...`` line to stderr when it fires (failures: the
+first one and the recovery), so a test can check the fault hit where it should.
+
+Exceptions: ``FaultSpecError`` (``ValueError``), a malformed ``PRISM_FAULTS``.
+
+Example::
+
+    PRISM_FAULTS=kill_after_insert:3 prism-pipeline worker
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import signal
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "ENV_VAR",
+    "MARKER",
+    "FaultPlan",
+    "FaultSpecError",
+    "FaultyWriter",
+    "from_env",
+    "parse_faults",
+]
+
+log = logging.getLogger("prism.faults")
+
+ENV_VAR = "PRISM_FAULTS"
+MARKER = "prism-fault:"
+
+_ITEM_RE = re.compile(
+    r"^(?P<kind>kill_after_insert|kill_mid_insert|fail_inserts)"
+    r":(?P<amount>\d+(?:\.\d+)?)(?P<unit>s?)(?:@(?P<start>\d+))?$"
+)
+
+
+class FaultSpecError(ValueError):
+    """``PRISM_FAULTS`` does not parse; the message names the bad item and the grammar."""
+
+
+def _kill_self() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _say(message: str) -> None:
+    # Unbuffered, so the line reaches the log even though SIGKILL follows at once.
+    os.write(2, f"{MARKER} {message}\n".encode())
+
+
+@dataclass
+class FaultPlan:
+    """The faults to inject and their progress; ``insert_hook`` and ``wrap`` install them.
+
+    ``kill`` and ``clock`` are replaceable for unit tests.
+    """
+
+    kill_after_insert: int | None = None
+    kill_mid_insert: int | None = None
+    fail_calls: int | None = None
+    fail_seconds: float | None = None
+    fail_from_flush: int = 1
+    kill: Callable[[], None] = _kill_self
+    clock: Callable[[], float] = time.monotonic
+    flushes: int = field(default=0, init=False)
+    failed: int = field(default=0, init=False)
+    _tables_this_flush: list[str] = field(default_factory=list, init=False)
+    _fail_since: float | None = field(default=None, init=False)
+    _recovered: bool = field(default=False, init=False)
+
+    def wrap(self, writer: Any) -> FaultyWriter:
+        """``writer`` with flushes counted (and killed after, if asked)."""
+        return FaultyWriter(writer, self)
+
+    def insert_hook(self, table: str, insert: Callable[[], object]) -> object:
+        """The ``LedgerWriter`` insert hook: fail, or kill before the second table's insert."""
+        if self._failing():
+            self.failed += 1
+            if self.failed == 1:
+                _say(f"fail_inserts: insert into {table} fails (flush {self.flushes})")
+            raise ConnectionError(
+                f"injected insert failure #{self.failed} into {table} ({ENV_VAR} fail_inserts)"
+            )
+        if (
+            self.kill_mid_insert is not None
+            and self.flushes >= self.kill_mid_insert
+            and len(self._tables_this_flush) == 1
+        ):
+            _say(
+                f"kill_mid_insert: flush {self.flushes} inserted {self._tables_this_flush[0]}, "
+                f"SIGKILL before {table}"
+            )
+            self.kill()
+        result = insert()
+        self._tables_this_flush.append(table)
+        return result
+
+    def flush_started(self) -> None:
+        """A new flush begins (numbered from 1)."""
+        self.flushes += 1
+        self._tables_this_flush = []
+
+    def flush_finished(self, result: Any) -> None:
+        """Kill after the flush stored its rows, before the caller sees ``result``."""
+        stored = getattr(result, "rows", None) or {}
+        if (
+            self.kill_after_insert is not None
+            and self.flushes >= self.kill_after_insert
+            and sum(stored.values()) > 0
+        ):
+            ranges = ",".join(
+                f"{r.source}:{r.partition}:{r.first_offset}-{r.last_offset}"
+                for r in getattr(result, "ranges", ())
+            )
+            _say(
+                f"kill_after_insert: flush {self.flushes} stored {dict(stored)} "
+                f"ranges={ranges}; SIGKILL before flush() returns"
+            )
+            self.kill()
+
+    def _failing(self) -> bool:
+        if self._recovered or (self.fail_calls is None and self.fail_seconds is None):
+            return False
+        if self.flushes < self.fail_from_flush:
+            return False
+        if self._fail_since is None:
+            self._fail_since = self.clock()
+        if self.fail_calls is not None:
+            over = self.failed >= self.fail_calls
+        else:
+            assert self.fail_seconds is not None
+            over = self.clock() - self._fail_since >= self.fail_seconds
+        if over:
+            self._recovered = True
+            _say(f"fail_inserts: over at flush {self.flushes} after {self.failed} failed inserts")
+        return not over
+
+
+class FaultyWriter:
+    """A ``LedgerWriter`` stand-in telling its ``FaultPlan`` where each flush begins and ends."""
+
+    def __init__(self, writer: Any, plan: FaultPlan) -> None:
+        self._writer = writer
+        self._plan = plan
+
+    def add(self, batch: Any, source: Any) -> None:
+        self._writer.add(batch, source)
+
+    def flush(self) -> Any:
+        self._plan.flush_started()
+        result = self._writer.flush()
+        self._plan.flush_finished(result)
+        return result
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._writer, name)
+
+
+def parse_faults(spec: str) -> FaultPlan | None:
+    """The plan for a ``PRISM_FAULTS`` value; ``None`` for an empty one.
+
+    Example::
+
+        parse_faults("fail_inserts:10s@2")   # fail every insert for 10 s from flush 2
+    """
+    plan = FaultPlan()
+    seen: set[str] = set()
+    for item in (part.strip() for part in spec.split(",")):
+        if not item:
+            continue
+        m = _ITEM_RE.match(item)
+        if m is None:
+            raise FaultSpecError(
+                f"{ENV_VAR} item {item!r} is not understood; use kill_after_insert:N, "
+                "kill_mid_insert:N, fail_inserts:N or fail_inserts:Ts, optionally with "
+                "@M on fail_inserts (e.g. fail_inserts:10s@2), comma-separated"
+            )
+        kind, amount, seconds, start = m["kind"], m["amount"], m["unit"] == "s", m["start"]
+        if kind in seen:
+            raise FaultSpecError(f"{ENV_VAR} names {kind} twice in {spec!r}; give it once")
+        seen.add(kind)
+        if (seconds or start) and kind != "fail_inserts":
+            raise FaultSpecError(
+                f"{ENV_VAR} item {item!r}: only fail_inserts takes seconds or @M; "
+                f"{kind} takes a flush number, e.g. {kind}:3"
+            )
+        if not seconds and "." in amount:
+            raise FaultSpecError(f"{ENV_VAR} item {item!r}: a count must be a whole number")
+        if kind == "fail_inserts":
+            if seconds:
+                plan.fail_seconds = float(amount)
+            else:
+                plan.fail_calls = int(amount)
+            plan.fail_from_flush = int(start) if start else 1
+        elif kind == "kill_after_insert":
+            plan.kill_after_insert = int(amount)
+        else:
+            plan.kill_mid_insert = int(amount)
+        if float(amount) <= 0 or plan.fail_from_flush < 1:
+            raise FaultSpecError(f"{ENV_VAR} item {item!r}: numbers must be >= 1 (or > 0 s)")
+    return plan if seen else None
+
+
+def from_env(environ: Mapping[str, str] | None = None) -> FaultPlan | None:
+    """The plan ``PRISM_FAULTS`` asks for, or ``None`` (inert) when it is unset or empty."""
+    env = os.environ if environ is None else environ
+    plan = parse_faults(env.get(ENV_VAR, ""))
+    if plan is not None:
+        log.warning("%s=%r is set: test-only fault injection is active", ENV_VAR, env[ENV_VAR])
+    return plan
