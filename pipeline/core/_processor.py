@@ -43,6 +43,7 @@ class Processor:
         self.partition = partition
         self.runs: dict[str, RunState] = {}
         self.watermark_us = 0
+        self.next_offset: int | None = None  # next source offset to process (set by the shell)
         self.cache = CacheMinutes(partition)
         self._pending_close: set[str] = set()  # terminal seen, closed record not yet emitted
         self._open: set[str] = set()  # no terminal, not incomplete
@@ -71,7 +72,9 @@ class Processor:
             if key.startswith(_RUN_PREFIX):
                 self._index(RunState.from_bytes(value))
             elif key == self.meta_key:
-                self.watermark_us = orjson.loads(value)["wm"]
+                meta = orjson.loads(value)
+                self.watermark_us = meta["wm"]
+                self.next_offset = meta.get("no")
             elif key.startswith("c\x1f"):
                 self.cache.load(key, value)
         self._retire = deque(sorted(self._retire))
@@ -349,7 +352,7 @@ class Processor:
             writes[self.run_key(run_id)] = self.runs[run_id].to_bytes()
         for run_id in self._dropped:
             writes[self.run_key(run_id)] = None
-        writes[self.meta_key] = orjson.dumps({"wm": self.watermark_us})
+        writes[self.meta_key] = orjson.dumps({"wm": self.watermark_us, "no": self.next_offset})
         self._dirty.clear()
         self._dropped.clear()
         return out

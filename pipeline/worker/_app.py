@@ -27,11 +27,11 @@ from typing import Any, cast
 import faust
 import orjson
 from faust.streams import _current_event
+from faust.types import TP
 
 from schemas import AlertRow, ContractViolation, LedgerBatch, parse_batch
 
 from ..core import (
-    CoreConfig,
     Delivery,
     ExhaustionAlerter,
     LimitDeath,
@@ -43,6 +43,8 @@ from ..core import (
 from ..ingest import dead_letter_row
 from ..settings import Settings
 from ._faust import make_app
+from ._offsets import ReadBack, Rec, missing_ranges, rec_of_message
+from ._records import core_config, dlq_record, header, lag, source_range
 from ._telemetry import WorkerTelemetry
 
 __all__ = ["AlertSink", "PipelineWorker", "core_config"]
@@ -51,16 +53,6 @@ log = logging.getLogger("prism.worker")
 
 AlertSink = Callable[[list[AlertRow]], Awaitable[None]]
 _ALERTER_KEY = b"alerter"
-
-
-def core_config(settings: Settings) -> CoreConfig:
-    return CoreConfig(
-        grace_period_s=settings.grace_period_seconds,
-        stale_after_s=settings.stale_run_seconds,
-        tombstone_retention_s=settings.tombstone_retention_seconds,
-        alert_window_s=settings.alert_window_seconds,
-        alert_threshold=settings.alert_limit_deaths_threshold,
-    )
 
 
 class PipelineWorker:
@@ -107,6 +99,7 @@ class PipelineWorker:
         self.state = self.app.Table("run-state", partitions=settings.partitions, **table)
         self.alert_state = self.app.Table("alert-state", partitions=1, **table)
         self.processors: dict[int, Processor] = {}
+        self.read_back = ReadBack(self.topics.input, settings.aiokafka_kwargs())
         self.last_event: dict[int, Any] = {}
         self.alerter: ExhaustionAlerter | None = None
         self.stats: Counter[str] = Counter()
@@ -130,49 +123,68 @@ class PipelineWorker:
 
     async def handle_batch(self, events: Sequence[Any]) -> None:
         self.telemetry.consumed(len(events))
-        traceparents = [_header(e.message.headers, "traceparent") for e in events]
+        traceparents = [header(e.message.headers, "traceparent") for e in events]
         with self.telemetry.batch_span(len(events), traceparents):
             await self._handle_batch(events, traceparents)
 
     async def _handle_batch(self, events: Sequence[Any], traceparents: list[str | None]) -> None:
         now = self.clock()
         received = datetime.fromtimestamp(now, tz=UTC)
-        by_partition: dict[int, list[tuple[Any, str | None]]] = defaultdict(list)
-        for ev, tp in zip(events, traceparents, strict=True):
-            by_partition[ev.message.partition].append((ev, tp))
+        by_partition: dict[int, list[Rec]] = defaultdict(list)
+        for ev in events:
+            by_partition[ev.message.partition].append(rec_of_message(ev.message))
+            self.last_event[ev.message.partition] = ev
         outputs: list[tuple[int, Output, Any]] = []
         dlq: list[OutRecord] = []
         event_ts: list[float] = []
-        for partition, pairs in sorted(by_partition.items()):
-            evs = [ev for ev, _ in pairs]
-            self.last_event[partition] = evs[-1]
+        for partition, recs in sorted(by_partition.items()):
             proc = self._processor(partition)
+            recs = await self._without_gaps(proc, partition, recs)
             out = Output()
             deliveries = []
-            values = [e.message.value for e in evs]
-            parsed = parse_batch(values, max_bytes=self.settings.max_event_bytes)
-            for (ev, traceparent), item in zip(pairs, parsed, strict=True):
-                msg = ev.message
+            parsed = parse_batch([r.value for r in recs], max_bytes=self.settings.max_event_bytes)
+            for rec, item in zip(recs, parsed, strict=True):
                 if isinstance(item, ContractViolation):
                     out.ledger.dead_letters.append(
                         dead_letter_row(
-                            msg.value or b"", item, msg.topic, partition, msg.offset, received
+                            rec.value or b"", item, rec.topic, partition, rec.offset, received
                         )
                     )
-                    dlq.append(_dlq_record(msg, item))
+                    dlq.append(dlq_record(rec, item))
                     out.stats[f"dlq.{item.code}"] += 1
                 else:
+                    traceparent = header(rec.headers, "traceparent")
                     deliveries.append(
-                        Delivery(item, msg.topic, partition, msg.offset, received, traceparent)
+                        Delivery(item, rec.topic, partition, rec.offset, received, traceparent)
                     )
                     event_ts.append(item.ts.timestamp())
+            first, last = min(r.offset for r in recs), max(r.offset for r in recs)
+            proc.next_offset = max(proc.next_offset or 0, last + 1)
             out.extend(proc.process(deliveries, now))
-            self.telemetry.lag[partition] = _lag(self.app, msg.tp, msg.offset)
-            rng = _source_range(
-                self.topics.input, partition, evs[0].message.offset, evs[-1].message.offset
+            self.telemetry.lag[partition] = lag(self.app, TP(self.topics.input, partition), last)
+            outputs.append(
+                (partition, out, source_range(self.topics.input, partition, first, last))
             )
-            outputs.append((partition, out, rng))
         await self._commit_outputs(outputs, dlq, event_ts)
+
+    async def _without_gaps(self, proc: Processor, partition: int, recs: list[Rec]) -> list[Rec]:
+        """The batch's records plus any offsets the consumer skipped, read back, in order."""
+        gaps = missing_ranges(proc.next_offset, (r.offset for r in recs))
+        if not gaps:
+            return recs
+        found = await self.read_back.read(partition, gaps)
+        skipped = sum(end - start for start, end in gaps)
+        self.stats["offsets_read_back"] += len(found)
+        log.warning(
+            "partition %d: the consumer skipped %d offset(s) %s; read back %d record(s)",
+            partition,
+            skipped,
+            ", ".join(f"{a}..{b - 1}" for a, b in gaps[:5]),
+            len(found),
+        )
+        merged = {r.offset: r for r in found}
+        merged.update((r.offset, r) for r in recs)
+        return [merged[o] for o in sorted(merged)]
 
     async def _commit_outputs(
         self,
@@ -248,7 +260,7 @@ class PipelineWorker:
                     [
                         (
                             batch,
-                            _source_range(
+                            source_range(
                                 self.deaths.get_topic_name(),
                                 0,
                                 events[0].message.offset,
@@ -317,6 +329,7 @@ class PipelineWorker:
                 except Exception:
                     log.exception("closing alert sink %r failed", sink)
         self.telemetry.write_stats(force=True)
+        await self.read_back.close()
 
     async def _on_revoked(self, app: Any, revoked: set[Any], **_: Any) -> None:
         for tp in revoked:
@@ -338,7 +351,7 @@ class PipelineWorker:
                     (
                         partition,
                         out,
-                        _source_range("tick:" + self.topics.input, partition, offset, offset),
+                        source_range("tick:" + self.topics.input, partition, offset, offset),
                     )
                 )
         if outputs:
@@ -400,41 +413,3 @@ class PipelineWorker:
                 self.stats["closed"],
                 bad or "none",
             )
-
-
-def _lag(app: faust.App, tp: Any, offset: int) -> int:
-    """Records behind the partition's high watermark after ``offset``."""
-    try:
-        return max(0, int(app.consumer.highwater(tp)) - offset - 1)
-    except Exception:  # no highwater known yet
-        return 0
-
-
-def _header(headers: Any, name: str) -> str | None:
-    if not headers:
-        return None
-    items = headers.items() if isinstance(headers, dict) else headers
-    for k, v in items:
-        if k == name:
-            return v.decode() if isinstance(v, bytes) else str(v)
-    return None
-
-
-def _dlq_record(msg: Any, violation: ContractViolation) -> OutRecord:
-    return OutRecord(
-        key=msg.key or b"",
-        value=msg.value or b"",
-        headers=(
-            ("reason", violation.reason.encode()),
-            ("reason-code", violation.code.encode()),
-            ("source-topic", msg.topic.encode()),
-            ("source-partition", str(msg.partition).encode()),
-            ("source-offset", str(msg.offset).encode()),
-        ),
-    )
-
-
-def _source_range(source: str, partition: int, first: int, last: int) -> Any:
-    from sinks import SourceRange
-
-    return SourceRange(source, partition, first, last)

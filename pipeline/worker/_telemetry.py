@@ -120,8 +120,9 @@ class _Reservoir:
 class WorkerTelemetry:
     """Spans, OTel instruments and the stats file of one worker process."""
 
-    def __init__(self, stats_path: Path | None, *, tracer_provider: Any = None,
-                 meter_provider: Any = None) -> None:
+    def __init__(
+        self, stats_path: Path | None, *, tracer_provider: Any = None, meter_provider: Any = None
+    ) -> None:
         self.tracer = trace.get_tracer("prism.worker", tracer_provider=tracer_provider)
         meter = metrics.get_meter("prism.worker", meter_provider=meter_provider)
         self._consumed = meter.create_counter("prism.events.consumed", unit="{event}")

@@ -1,0 +1,101 @@
+"""Offset continuity: never let the consumer skip a record of the input topic.
+
+faust can abandon a record it was handing to a stream when a rebalance suspends the flow,
+and it registers any jump in offsets as a "gap" it may commit past; a stale read offset
+after a rebalance can also make it drop a whole range. On the input topic every offset is
+a record (idempotent producers, no transactions, no compaction), so a jump is a loss.
+
+The worker keeps, per partition, the next offset it has processed (persisted with the
+partition's run state), computes the ranges a batch is missing with ``missing_ranges``
+and reads them back from Kafka with ``ReadBack`` before it processes the batch, so they
+are in the ledger before the batch is acknowledged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["ReadBack", "Rec", "missing_ranges", "rec_of_message"]
+
+
+@dataclass(frozen=True, slots=True)
+class Rec:
+    """One input record, whether faust delivered it or it was read back."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: Any
+
+
+def rec_of_message(msg: Any) -> Rec:
+    return Rec(msg.topic, msg.partition, msg.offset, msg.key, msg.value, msg.headers)
+
+
+def missing_ranges(expected: int | None, offsets: Iterable[int]) -> list[tuple[int, int]]:
+    """Half-open ranges ``[start, end)`` absent between ``expected`` and the batch's offsets.
+
+    ``expected`` is the next offset already processed (None: nothing known yet, so only
+    holes inside the batch count). Offsets below ``expected`` are re-deliveries.
+    """
+    ranges = []
+    ordered = sorted(set(offsets))
+    cursor = expected if expected is not None else (ordered[0] if ordered else 0)
+    for off in ordered:
+        if off > cursor:
+            ranges.append((cursor, off))
+        cursor = max(cursor, off + 1)
+    return ranges
+
+
+class ReadBack:
+    """A group-less aiokafka consumer that reads given offset ranges of the input topic."""
+
+    def __init__(self, topic: str, consumer_kwargs: dict[str, Any], timeout_s: float = 30.0):
+        self.topic = topic
+        self.kwargs = consumer_kwargs
+        self.timeout_s = timeout_s
+        self._consumer: Any = None
+
+    async def read(self, partition: int, ranges: list[tuple[int, int]]) -> list[Rec]:
+        from aiokafka import AIOKafkaConsumer, TopicPartition
+
+        if self._consumer is None:
+            self._consumer = AIOKafkaConsumer(
+                group_id=None,
+                enable_auto_commit=False,
+                auto_offset_reset="earliest",
+                **self.kwargs,
+            )
+            await self._consumer.start()
+        c = self._consumer
+        tp = TopicPartition(self.topic, partition)
+        c.assign([tp])
+        out: list[Rec] = []
+        loop = asyncio.get_running_loop()
+        for start, end in ranges:
+            c.seek(tp, start)
+            deadline = loop.time() + self.timeout_s
+            while await c.position(tp) < end:
+                if loop.time() > deadline:
+                    raise RuntimeError(
+                        f"could not read back offsets {start}..{end - 1} of {self.topic}"
+                        f"[{partition}] within {self.timeout_s:.0f}s; the batch is not acknowledged"
+                    )
+                fetched = await c.getmany(tp, timeout_ms=1000, max_records=10_000)
+                out += [
+                    Rec(r.topic, r.partition, r.offset, r.key, r.value, r.headers)
+                    for r in fetched.get(tp, [])
+                    if start <= r.offset < end
+                ]
+        return out
+
+    async def close(self) -> None:
+        if self._consumer is not None:
+            await self._consumer.stop()
+            self._consumer = None
