@@ -10,8 +10,10 @@ from tests.fixtures.runs import T0
 
 
 def deaths(n, *, axis="maxTurns", tenant="acme", start=T0, step_s=10, prefix="r"):
-    return [LimitDeath(tenant, axis, f"{prefix}{i}", start + timedelta(seconds=step_s * i))
-            for i in range(n)]
+    return [
+        LimitDeath(tenant, axis, f"{prefix}{i}", start + timedelta(seconds=step_s * i))
+        for i in range(n)
+    ]
 
 
 def test_fires_once_when_the_window_count_reaches_the_threshold_then_resolves():
