@@ -227,9 +227,10 @@ class DeadLetterRow:
 
 @dataclass(slots=True)
 class AlertRow:
-    """An alert raised or resolved (table ``alerts_store``, key ``alert_id``).
+    """An alert raised or resolved (table ``alerts_store``, key ``(alert_id, state)``).
 
-    ``alert_id`` is the idempotency key: rule, key and window start.
+    ``alert_id`` is the idempotency key: rule, key and window start; the firing and the
+    resolved row of one alert are both kept, so the ledger shows when each happened.
     """
 
     alert_id: str

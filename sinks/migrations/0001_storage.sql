@@ -227,7 +227,8 @@ ENGINE = ${engine}
 ORDER BY (source, partition, offset)
 SETTINGS ${dedup_window};
 
--- Alerts raised and resolved; alert_id is rule + key + window start.
+-- Alerts raised and resolved; alert_id is rule + key + window start. Keyed on (alert_id, state)
+-- so the firing row survives its resolve.
 CREATE TABLE IF NOT EXISTS ${db}.alerts_store ${on_cluster}
 (
     alert_id String,
@@ -245,5 +246,5 @@ CREATE TABLE IF NOT EXISTS ${db}.alerts_store ${on_cluster}
 )
 ENGINE = ${engine:version}
 PARTITION BY toYYYYMM(window_start)
-ORDER BY alert_id
+ORDER BY (alert_id, state)
 SETTINGS ${dedup_window};
