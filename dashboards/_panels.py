@@ -22,6 +22,7 @@ from dashboards._clickhouse_query import (
     QueryFormat,
     datasource_ref,
 )
+from sinks import VIEWS  # the ledger names users query
 
 __all__ = [
     "TENANT_FILTER",
@@ -36,17 +37,6 @@ __all__ = [
     "timeseries_panel",
 ]
 
-VIEWS = (
-    "runs",
-    "usage",
-    "turns",
-    "run_events",
-    "cache_hits_1m",
-    "quarantine",
-    "dead_letters",
-    "alerts",
-    "billing_usage",
-)
 
 # The tenant filter every tenant-scoped query uses: short-circuits to 1=1 on All.
 TENANT_FILTER = "$__conditionalAll(tenant_id IN (${tenant:singlequote}), $tenant)"

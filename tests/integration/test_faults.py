@@ -9,8 +9,6 @@ none doubled, DLQ and quarantine counts as expected). Faults come from ``PRISM_F
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -25,15 +23,6 @@ from tests.integration.test_faults_harness import (
 )
 
 pytestmark = [pytest.mark.integration]
-
-
-@pytest.fixture
-def lab(kafka_bootstrap: str, topic_prefix: str, tmp_path: Path) -> Iterator[FaultLab]:
-    lab = FaultLab(kafka_bootstrap, topic_prefix, tmp_path)
-    try:
-        yield lab
-    finally:
-        lab.close()
 
 
 @pytest.mark.slow

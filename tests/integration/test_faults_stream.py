@@ -31,15 +31,6 @@ pytestmark = [pytest.mark.integration]
 
 
 @pytest.fixture
-def lab(kafka_bootstrap: str, topic_prefix: str, tmp_path: Path) -> Iterator[FaultLab]:
-    lab = FaultLab(kafka_bootstrap, topic_prefix, tmp_path)
-    try:
-        yield lab
-    finally:
-        lab.close()
-
-
-@pytest.fixture
 def own_broker_lab(topic_prefix: str, tmp_path: Path) -> Iterator[FaultLab]:
     """A lab whose broker this test alone starts, stops and restarts."""
     lab = FaultLab("", topic_prefix, tmp_path)
