@@ -113,7 +113,6 @@ class PipelineWorker:
         self.app.timer(interval=max(1.0, settings.batch_max_seconds))(self._tick)
         self.app.on_partitions_revoked.connect(cast(Any, self._on_revoked))
         self.app.on_before_shutdown.connect(cast(Any, self._on_shutdown))
-        self.app.task(self._declare_outputs)
 
     # -- agents -------------------------------------------------------------------------
     async def _events_agent(self, stream: faust.Stream) -> None:
@@ -359,10 +358,6 @@ class PipelineWorker:
         self.telemetry.write_stats()
 
     # -- producing ----------------------------------------------------------------------
-    async def _declare_outputs(self) -> None:
-        for topic in self.outputs.values():
-            await topic.maybe_declare()
-
     async def _send(self, name: str, rec: OutRecord) -> Awaitable[Any]:
         return await self.app.producer.send(
             self.outputs[name].get_topic_name(),
