@@ -21,7 +21,8 @@ COPY runtime ./runtime
 COPY pipeline ./pipeline
 COPY sinks ./sinks
 COPY dashboards ./dashboards
-RUN --mount=type=cache,target=/root/.cache/pip pip install .
+COPY devstack ./devstack
+RUN --mount=type=cache,target=/root/.cache/pip pip install '.[pipeline,dashboards]'
 
 FROM python:3.11-slim
 # A fixed non-root user; the state directory exists in the image so a named volume mounted

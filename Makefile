@@ -39,7 +39,7 @@ kafka-down: venv  ## stop the demo broker
 	$(BIN)/prism-pipeline devstack kafka down --port $(DEMO_KAFKA_PORT) --state-dir $(DEMO_KAFKA_DIR)
 
 demo: venv jars  ## set up and run the whole job on the embedded default, then print a report
-	$(BIN)/python -m pipeline.demo --kafka-port $(DEMO_KAFKA_PORT) --kafka-state-dir $(DEMO_KAFKA_DIR)
+	$(BIN)/python -m prism.devstack.demo --kafka-port $(DEMO_KAFKA_PORT) --kafka-state-dir $(DEMO_KAFKA_DIR)
 
 test: venv jars  ## set up, start a test broker, run unit + integration tests, stop the broker
 	@rm -rf $(TEST_KAFKA_DIR); \
@@ -52,9 +52,14 @@ test: venv jars  ## set up, start a test broker, run unit + integration tests, s
 test-unit: venv  ## unit tests only (no services)
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
 
+# mypy reads the folders under their installed names (prism.*) through a tree of symlinks.
+TYPECHECK := build/typecheck/prism
+PACKAGES  := schemas runtime sinks pipeline dashboards devstack
+
 lint: venv  ## ruff (lint + format check) and mypy
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	@mkdir -p $(TYPECHECK); for p in $(PACKAGES); do ln -sfn ../../../$$p $(TYPECHECK)/$$p; done
 	$(BIN)/mypy
 
 fmt: venv  ## apply ruff fixes and formatting

@@ -52,7 +52,7 @@ async def consume(
     """Move ``events`` records from ``topic`` into the raw-events table; return the figures."""
     from aiokafka import AIOKafkaConsumer
 
-    from sinks import connect
+    from prism.sinks import connect
 
     client = connect(f"chdb://{chdb_path}", DATABASE)
     client.command(f"CREATE DATABASE IF NOT EXISTS {DATABASE}")

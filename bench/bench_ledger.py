@@ -56,7 +56,7 @@ def _months(now: datetime) -> tuple[datetime, datetime, datetime]:
 
 def _batches(n_runs: int, start: datetime, span_s: float, per_batch: int, seed: int = 7):
     """Yield LedgerBatches of ``per_batch`` runs each: run, turns, usage and raw events."""
-    from schemas import LedgerBatch, RawEventRow, RunRow, TurnRow, UsageRow
+    from prism.schemas import LedgerBatch, RawEventRow, RunRow, TurnRow, UsageRow
 
     rng = random.Random(seed)
     cost = Decimal("0.000003")
@@ -146,7 +146,14 @@ def _timed(cases: list[tuple[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _child(quick: bool) -> list[dict[str, Any]]:
-    from sinks import LedgerWriter, SourceRange, billing_report, connect, migrate, run_timeline
+    from prism.sinks import (
+        LedgerWriter,
+        SourceRange,
+        billing_report,
+        connect,
+        migrate,
+        run_timeline,
+    )
 
     target_usage = 100_000 if quick else 1_000_000
     n_runs = target_usage // (TURNS_PER_RUN + 1)

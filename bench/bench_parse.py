@@ -26,7 +26,7 @@ from typing import Any
 import orjson
 from pydantic import TypeAdapter
 
-from schemas import AgentEvent, ContractViolation, event_to_wire, parse_batch
+from prism.schemas import AgentEvent, ContractViolation, event_to_wire, parse_batch
 
 _MODELS = [
     ("anthropic", "claude-sonnet-4-5", "reported+cache"),

@@ -92,7 +92,7 @@ def peak_rss_kib(pid: int) -> int | None:
 
 
 def _settings(bootstrap: str, name: str, root: Path, store: str) -> Any:
-    from pipeline.settings import load_settings
+    from prism.pipeline.settings import load_settings
 
     return load_settings(
         kafka_bootstrap_servers=bootstrap,
@@ -108,8 +108,8 @@ class _Worker:
     """A worker subprocess plus what the benchmark reads from it (stats file, offsets, RSS)."""
 
     def __init__(self, settings: Any, log_path: Path) -> None:
-        from pipeline.topics import worker_env
-        from pipeline.workerproc import WorkerProcess
+        from prism.devstack.workerproc import WorkerProcess
+        from prism.pipeline.topics import worker_env
 
         self.settings = settings
         self.proc = WorkerProcess(worker_env(settings), log_path=log_path)
@@ -125,7 +125,7 @@ class _Worker:
         return read_stats(self.settings.state_dir)
 
     def _committed(self) -> int:
-        from pipeline.workerproc import committed_lag
+        from prism.devstack.workerproc import committed_lag
 
         s = self.settings
         try:
@@ -185,8 +185,8 @@ class _Worker:
 
 def _publish_fleet(target: int, settings: Any, log: Log, *, publish: bool) -> list[bytes]:
     """Simulate ~``target`` events without chaos, publish them if asked; the record values."""
-    from pipeline.topics import ensure_topics
-    from runtime.simulator import FleetConfig, publish_to_kafka, simulate
+    from prism.pipeline.topics import ensure_topics
+    from prism.runtime.simulator import FleetConfig, publish_to_kafka, simulate
 
     runs = max(1, math.ceil(target / EVENTS_PER_RUN))
     t0 = time.perf_counter()
@@ -264,7 +264,7 @@ def _freshness(
     values: Sequence[bytes], settings: Any, rate: float, seconds: float, logs: Path, log: Log
 ) -> list[dict[str, Any]]:
     from bench._load import offer_load
-    from pipeline.topics import ensure_topics
+    from prism.pipeline.topics import ensure_topics
 
     boot, topic = settings.kafka_bootstrap_servers, settings.topics.input
     asyncio.run(ensure_topics(settings))
@@ -310,7 +310,7 @@ def measure(
     temporary folder, removed at the end). A failing part is reported and the others still
     run; the broker always stops.
     """
-    from pipeline.devstack import LocalKafka, free_port
+    from prism.devstack import LocalKafka, free_port
 
     unknown = sorted(set(parts) - set(PARTS))
     if unknown:

@@ -52,8 +52,8 @@ from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from pipeline.devstack import LocalKafka, free_port
-from runtime import (
+from prism.devstack import LocalKafka, free_port
+from prism.runtime import (
     DEFAULT_LINGER_MS,
     DEFAULT_MAX_BATCH_SIZE,
     EventPublisher,

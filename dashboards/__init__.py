@@ -8,11 +8,11 @@ Grafana and the plugin do to a query, so tests can run every panel on a chDB led
 
 Example::
 
-    from dashboards import build_all
+    from prism.dashboards import build_all
     build_all()                     # dashboards/json + dashboards/provisioning
 """
 
-from dashboards._alerts import (
+from prism.dashboards._alerts import (
     ALERT_FOLDER,
     ALERT_GROUP,
     CONTACT_POINT,
@@ -22,19 +22,19 @@ from dashboards._alerts import (
     alert_rules,
     alerting_files,
 )
-from dashboards._cache import cache_efficiency
-from dashboards._clickhouse_query import (
+from prism.dashboards._cache import cache_efficiency
+from prism.dashboards._clickhouse_query import (
     PLUGIN_ID,
     ClickHouseQuery,
     ClickHouseQueryBuilder,
     QueryFormat,
     register_clickhouse_variant,
 )
-from dashboards._cost import cost_and_usage
-from dashboards._errors import DashboardError, LintError, MacroError
-from dashboards._explorer import run_explorer
-from dashboards._lint import lint_alerting, lint_dashboard, lint_expanded_sql
-from dashboards._macros import (
+from prism.dashboards._cost import cost_and_usage
+from prism.dashboards._errors import DashboardError, LintError, MacroError
+from prism.dashboards._explorer import run_explorer
+from prism.dashboards._lint import lint_alerting, lint_dashboard, lint_expanded_sql
+from prism.dashboards._macros import (
     ALERT_MACROS,
     ALL,
     TimeRange,
@@ -45,7 +45,7 @@ from dashboards._macros import (
     expand_query,
     replace_variables,
 )
-from dashboards._provisioning import (
+from prism.dashboards._provisioning import (
     DASHBOARD_PATH,
     DASHBOARDS,
     build_all,
@@ -55,7 +55,7 @@ from dashboards._provisioning import (
     default_out_dir,
     provider_file,
 )
-from dashboards._sre import sre_overview
+from prism.dashboards._sre import sre_overview
 
 __all__ = [
     "ALERT_FOLDER",

@@ -21,8 +21,8 @@ from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import alerting as alerting_models
 from grafana_foundation_sdk.models import dashboard as dashboard_models
 
-from dashboards._clickhouse_query import ClickHouseQueryBuilder, QueryFormat, datasource_ref
-from dashboards._panels import dedent_sql, qualify
+from prism.dashboards._clickhouse_query import ClickHouseQueryBuilder, QueryFormat, datasource_ref
+from prism.dashboards._panels import dedent_sql, qualify
 
 __all__ = [
     "ALERT_FOLDER",

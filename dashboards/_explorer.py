@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.models import dashboard as dashboard_models
 
-from dashboards._panels import (
+from prism.dashboards._panels import (
     TENANT_FILTER,
     Board,
     ch,

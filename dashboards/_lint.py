@@ -12,9 +12,9 @@ from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from dashboards._clickhouse_query import DATASOURCE_VARIABLE_REF, PLUGIN_ID
-from dashboards._errors import MacroError
-from dashboards._macros import TimeRange, Variable, expand_alert_query, expand_query
+from prism.dashboards._clickhouse_query import DATASOURCE_VARIABLE_REF, PLUGIN_ID
+from prism.dashboards._errors import MacroError
+from prism.dashboards._macros import TimeRange, Variable, expand_alert_query, expand_query
 
 __all__ = ["lint_alerting", "lint_dashboard", "lint_expanded_sql"]
 

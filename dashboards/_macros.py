@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from dashboards._errors import MacroError
+from prism.dashboards._errors import MacroError
 
 __all__ = [
     "ALERT_MACROS",

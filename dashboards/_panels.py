@@ -16,13 +16,13 @@ from grafana_foundation_sdk.cog import builder as cogbuilder
 from grafana_foundation_sdk.models import common as common_models
 from grafana_foundation_sdk.models import dashboard as dashboard_models
 
-from dashboards._clickhouse_query import (
+from prism.dashboards._clickhouse_query import (
     PLUGIN_ID,
     ClickHouseQueryBuilder,
     QueryFormat,
     datasource_ref,
 )
-from sinks import VIEWS  # the ledger names users query
+from prism.sinks import VIEWS  # the ledger names users query
 
 __all__ = [
     "TENANT_FILTER",

@@ -28,14 +28,14 @@ import yaml
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import dashboard as dashboard_models
 
-from dashboards._alerts import DATASOURCE_UID, AlertThresholds, alerting_files
-from dashboards._cache import cache_efficiency
-from dashboards._clickhouse_query import PLUGIN_ID, register_clickhouse_variant
-from dashboards._cost import cost_and_usage
-from dashboards._errors import LintError
-from dashboards._explorer import run_explorer
-from dashboards._lint import lint_alerting, lint_dashboard
-from dashboards._sre import sre_overview
+from prism.dashboards._alerts import DATASOURCE_UID, AlertThresholds, alerting_files
+from prism.dashboards._cache import cache_efficiency
+from prism.dashboards._clickhouse_query import PLUGIN_ID, register_clickhouse_variant
+from prism.dashboards._cost import cost_and_usage
+from prism.dashboards._errors import LintError
+from prism.dashboards._explorer import run_explorer
+from prism.dashboards._lint import lint_alerting, lint_dashboard
+from prism.dashboards._sre import sre_overview
 
 __all__ = [
     "DASHBOARDS",

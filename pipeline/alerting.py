@@ -28,7 +28,7 @@ from typing import Any
 
 import httpx
 
-from schemas import AlertRow
+from prism.schemas import AlertRow
 
 from .core import alert_record
 

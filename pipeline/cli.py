@@ -18,17 +18,17 @@ __all__ = ["build_parser", "main"]
 
 # Command modules, in the order they appear in --help.
 COMMAND_MODULES = [
-    "pipeline.commands.devstack",
-    "pipeline.commands.worker",
-    "pipeline.commands.ingest_file",
-    "pipeline.commands.schema",
-    "pipeline.commands.migrate",
-    "pipeline.commands.query",
-    "pipeline.commands.billing",
-    "pipeline.commands.dashboards",
-    "pipeline.commands.simulate",
-    "pipeline.commands.tail",
-    "pipeline.commands.rebuild",
+    "prism.pipeline.commands.devstack",
+    "prism.pipeline.commands.worker",
+    "prism.pipeline.commands.ingest_file",
+    "prism.pipeline.commands.schema",
+    "prism.pipeline.commands.migrate",
+    "prism.pipeline.commands.query",
+    "prism.pipeline.commands.billing",
+    "prism.pipeline.commands.dashboards",
+    "prism.pipeline.commands.simulate",
+    "prism.pipeline.commands.tail",
+    "prism.pipeline.commands.rebuild",
 ]
 
 

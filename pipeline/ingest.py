@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from itertools import islice
 from typing import Any, BinaryIO, Protocol
 
-from schemas import ContractViolation, DeadLetterRow, LedgerBatch, parse_batch
+from prism.schemas import ContractViolation, DeadLetterRow, LedgerBatch, parse_batch
 
 from .core import CoreConfig, Delivery, ExhaustionAlerter, Output, Processor
 
@@ -111,7 +111,7 @@ def ingest_lines(
     received_at: datetime | None = None,
 ) -> IngestSummary:
     """Replay JSONL envelopes through the core into ``sink``; return what happened."""
-    from sinks import SourceRange
+    from prism.sinks import SourceRange
 
     proc = Processor(config or CoreConfig(), partition=-1)
     alerter = ExhaustionAlerter(proc.config.alert_window_s, proc.config.alert_threshold)

@@ -7,7 +7,7 @@ The fleet simulator lives in ``runtime.simulator``.
 
 Example::
 
-    from runtime import EventPublisher
+    from prism.runtime import EventPublisher
 
     publisher = EventPublisher("127.0.0.1:9092")
     run = publisher.run("run-42", tenant_id="acme", agent="support-bot",

@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from schemas import MAX_EVENT_BYTES, ContractViolation, EventBase, event_to_wire, parse_event
+from prism.schemas import MAX_EVENT_BYTES, ContractViolation, EventBase, event_to_wire, parse_event
 
 from ._emitter import RunEmitter
 from ._errors import EventTooLarge, InvalidEvent

@@ -18,7 +18,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Literal, Self
 
-from schemas import MAX_EVENT_BYTES
+from prism.schemas import MAX_EVENT_BYTES
 
 from ._base import DEFAULT_TOPIC, Publisher, PublishResult, Record
 from ._errors import DeliveryFailed, PublisherClosed

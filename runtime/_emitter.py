@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from schemas import SCHEMA_ID
+from prism.schemas import SCHEMA_ID
 
 from ._ids import new_event_id, utc_now_rfc3339
 

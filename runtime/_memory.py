@@ -6,7 +6,7 @@ from typing import Any, Self
 
 import orjson
 
-from schemas import MAX_EVENT_BYTES
+from prism.schemas import MAX_EVENT_BYTES
 
 from ._base import DEFAULT_TOPIC, Publisher, PublishResult, Record
 from ._errors import PublisherClosed

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from schemas import MAX_EVENT_BYTES
+from prism.schemas import MAX_EVENT_BYTES
 
 from ._base import DEFAULT_TOPIC
 from ._buffer import BufferedPublisher, FullPolicy

@@ -16,13 +16,13 @@ types the contract does not list parse into ``UnknownEvent``; ``is_terminal_agen
 is the one terminal predicate.
 """
 
-from schemas._constants import (
+from prism.schemas._constants import (
     MAX_EVENT_BYTES,
     SCHEMA_ID,
     TERMINAL_TYPES,
     is_terminal_agent_event_type,
 )
-from schemas._data import (
+from prism.schemas._data import (
     AgentDeniedData,
     AgentFinishedData,
     AgentStartedData,
@@ -42,8 +42,8 @@ from schemas._data import (
     ToolNarrowingClampedData,
     UsageRecordedData,
 )
-from schemas._errors import ContractViolation, ViolationCode
-from schemas._events import (
+from prism.schemas._errors import ContractViolation, ViolationCode
+from prism.schemas._events import (
     KNOWN_EVENT_CLASSES,
     KNOWN_EVENT_TYPES,
     AgentDenied,
@@ -69,13 +69,13 @@ from schemas._events import (
     UnknownEvent,
     UsageRecorded,
 )
-from schemas._json_schema import (
+from prism.schemas._json_schema import (
     EVENT_JSON_SCHEMA_ID,
     EVENT_JSON_SCHEMA_PATH,
     event_json_schema,
     render_event_json_schema,
 )
-from schemas._ledger import (
+from prism.schemas._ledger import (
     AlertRow,
     CacheMinuteRow,
     DeadLetterRow,
@@ -86,8 +86,8 @@ from schemas._ledger import (
     TurnRow,
     UsageRow,
 )
-from schemas._parse import RawValue, event_to_wire, parse_batch, parse_event
-from schemas._payloads import (
+from prism.schemas._parse import RawValue, event_to_wire, parse_batch, parse_event
+from prism.schemas._payloads import (
     AgentRef,
     Breach,
     Budgets,

@@ -8,8 +8,16 @@ from pydantic import ConfigDict, Field, model_validator
 from pydantic.config import JsonDict
 from pydantic_core import PydanticCustomError
 
-from schemas._payloads import Breach, Budgets, CacheInfo, ClosestAxis, ErrorInfo, ToolsInfo, Usage
-from schemas._types import (
+from prism.schemas._payloads import (
+    Breach,
+    Budgets,
+    CacheInfo,
+    ClosestAxis,
+    ErrorInfo,
+    ToolsInfo,
+    Usage,
+)
+from prism.schemas._types import (
     Count,
     Currency,
     Id,

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import Discriminator, Field, Tag, field_validator
 
-from schemas._data import (
+from prism.schemas._data import (
     AgentDeniedData,
     AgentFinishedData,
     AgentStartedData,
@@ -31,8 +31,8 @@ from schemas._data import (
     ToolNarrowingClampedData,
     UsageRecordedData,
 )
-from schemas._payloads import AgentRef, ModelRef, ParentRef
-from schemas._types import BundleDigest, Count, Id, Timestamp, WireModel
+from prism.schemas._payloads import AgentRef, ModelRef, ParentRef
+from prism.schemas._types import BundleDigest, Count, Id, Timestamp, WireModel
 
 __all__ = [
     "KNOWN_EVENT_CLASSES",

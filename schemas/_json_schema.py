@@ -14,8 +14,8 @@ from typing import Any, Literal, cast
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
-from schemas._constants import SCHEMA_ID, TERMINAL_TYPES
-from schemas._events import KNOWN_EVENT_CLASSES, UnknownEvent
+from prism.schemas._constants import SCHEMA_ID, TERMINAL_TYPES
+from prism.schemas._events import KNOWN_EVENT_CLASSES, UnknownEvent
 
 __all__ = [
     "EVENT_JSON_SCHEMA_ID",

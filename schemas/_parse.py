@@ -15,9 +15,9 @@ from typing import Annotated, Any
 import orjson
 from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
 
-from schemas._constants import MAX_EVENT_BYTES
-from schemas._errors import ContractViolation, reason_from_validation_error, short_repr
-from schemas._events import AgentEvent, EventBase, KnownEvent, UnknownEvent
+from prism.schemas._constants import MAX_EVENT_BYTES
+from prism.schemas._errors import ContractViolation, reason_from_validation_error, short_repr
+from prism.schemas._events import AgentEvent, EventBase, KnownEvent, UnknownEvent
 
 __all__ = ["RawValue", "event_to_wire", "parse_batch", "parse_event"]
 

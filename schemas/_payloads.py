@@ -8,7 +8,7 @@ from pydantic import ConfigDict, model_validator
 from pydantic.config import JsonDict
 from pydantic_core import PydanticCustomError
 
-from schemas._types import (
+from prism.schemas._types import (
     Cost,
     Count,
     Currency,

@@ -8,7 +8,7 @@ stable ids; users query the views (``runs``, ``usage``, ``turns``, ``run_events`
 
 Example::
 
-    from sinks import LedgerWriter, SourceRange, connect, migrate
+    from prism.sinks import LedgerWriter, SourceRange, connect, migrate
 
     client = connect("chdb://./.data/ledger", "prism")
     migrate(client, "prism")
@@ -17,9 +17,9 @@ Example::
     writer.flush()
 """
 
-from sinks._billing import BILLING_SQL, BillingLine, billing_report
-from sinks._client import connect, parse_dsn
-from sinks._errors import (
+from prism.sinks._billing import BILLING_SQL, BillingLine, billing_report
+from prism.sinks._client import connect, parse_dsn
+from prism.sinks._errors import (
     LedgerConfigError,
     LedgerConnectError,
     LedgerError,
@@ -27,10 +27,10 @@ from sinks._errors import (
     LedgerWriteError,
     MigrationError,
 )
-from sinks._migrate import load_migrations, migrate, render_migrations
-from sinks._queries import QueryResult, query, run_timeline
-from sinks._tables import STORAGE_TABLES, VIEWS
-from sinks._writer import INSERT_SETTINGS, FlushResult, InsertHook, LedgerWriter, SourceRange
+from prism.sinks._migrate import load_migrations, migrate, render_migrations
+from prism.sinks._queries import QueryResult, query, run_timeline
+from prism.sinks._tables import STORAGE_TABLES, VIEWS
+from prism.sinks._writer import INSERT_SETTINGS, FlushResult, InsertHook, LedgerWriter, SourceRange
 
 __all__ = [
     "BILLING_SQL",

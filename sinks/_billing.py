@@ -15,8 +15,8 @@ from typing import Any
 
 from clickhouse_connect.driver.client import Client
 
-from sinks._client import validate_identifier
-from sinks._errors import LedgerConfigError, LedgerQueryError
+from prism.sinks._client import validate_identifier
+from prism.sinks._errors import LedgerConfigError, LedgerQueryError
 
 __all__ = ["BILLING_SQL", "BillingLine", "billing_report", "to_utc"]
 

@@ -17,7 +17,7 @@ from urllib.parse import parse_qs, unquote, urlparse, urlunparse
 import clickhouse_connect
 from clickhouse_connect.driver.client import Client
 
-from sinks._errors import LedgerConfigError, LedgerConnectError, redact_dsn
+from prism.sinks._errors import LedgerConfigError, LedgerConnectError, redact_dsn
 
 __all__ = ["DsnTarget", "connect", "database_exists", "parse_dsn", "validate_identifier"]
 

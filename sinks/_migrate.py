@@ -19,8 +19,8 @@ from importlib import resources
 
 from clickhouse_connect.driver.client import Client
 
-from sinks._client import validate_identifier
-from sinks._errors import LedgerConfigError, MigrationError
+from prism.sinks._client import validate_identifier
+from prism.sinks._errors import LedgerConfigError, MigrationError
 
 __all__ = [
     "DEDUP_WINDOW",

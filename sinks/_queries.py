@@ -7,8 +7,8 @@ from typing import Any
 
 from clickhouse_connect.driver.client import Client
 
-from sinks._client import validate_identifier
-from sinks._errors import LedgerQueryError
+from prism.sinks._client import validate_identifier
+from prism.sinks._errors import LedgerQueryError
 
 __all__ = ["QueryResult", "query", "run_timeline"]
 

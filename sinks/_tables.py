@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from schemas import (
+from prism.schemas import (
     AlertRow,
     CacheMinuteRow,
     DeadLetterRow,

@@ -18,10 +18,10 @@ import orjson
 from clickhouse_connect.driver.client import Client
 from clickhouse_connect.driver.insert import InsertContext
 
-from schemas import LedgerBatch
-from sinks._client import validate_identifier
-from sinks._errors import LedgerConfigError, LedgerWriteError, is_transient
-from sinks._tables import STORAGE_TABLES
+from prism.schemas import LedgerBatch
+from prism.sinks._client import validate_identifier
+from prism.sinks._errors import LedgerConfigError, LedgerWriteError, is_transient
+from prism.sinks._tables import STORAGE_TABLES
 
 __all__ = ["INSERT_SETTINGS", "FlushResult", "InsertHook", "LedgerWriter", "SourceRange"]
 

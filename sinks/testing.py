@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from schemas import (
+from prism.schemas import (
     AlertRow,
     CacheMinuteRow,
     DeadLetterRow,

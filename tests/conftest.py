@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.devstack import LocalKafka, free_port
+from prism.devstack import LocalKafka, free_port
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,7 @@ import argparse
 from dataclasses import astuple, fields
 from datetime import date, datetime
 
-from pipeline.commands.query import FORMATS, add_connection_args, connection, render
+from prism.pipeline.commands.query import FORMATS, add_connection_args, connection, render
 
 __all__ = ["register"]
 
@@ -49,7 +49,7 @@ def _when(text: str) -> date | datetime:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from sinks import BillingLine, billing_report
+    from prism.sinks import BillingLine, billing_report
 
     client, database = connection(args)
     lines = billing_report(client, database, args.start, args.end, tenant=args.tenant)

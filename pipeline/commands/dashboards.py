@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from dashboards import build_all, default_out_dir
+from prism.dashboards import build_all, default_out_dir
 
 
 def register(sub: argparse._SubParsersAction) -> None:

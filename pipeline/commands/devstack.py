@@ -6,7 +6,7 @@ import argparse
 import os
 from pathlib import Path
 
-from pipeline.devstack import LocalKafka
+from prism.devstack import LocalKafka
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from pipeline.settings import load_settings
+from prism.pipeline.settings import load_settings
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -30,9 +30,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    import sinks
-    from pipeline.ingest import ingest_lines, iter_lines, open_input
-    from pipeline.worker import core_config
+    from prism import sinks
+    from prism.pipeline.ingest import ingest_lines, iter_lines, open_input
+    from prism.pipeline.worker import core_config
 
     over = {}
     if args.clickhouse:

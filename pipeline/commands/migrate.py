@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from pipeline.commands.query import add_connection_args, connection
+from prism.pipeline.commands.query import add_connection_args, connection
 
 __all__ = ["register"]
 
@@ -33,8 +33,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from pipeline.settings import load_settings
-    from sinks import migrate
+    from prism.pipeline.settings import load_settings
+    from prism.sinks import migrate
 
     settings = load_settings()
     client, database = connection(args)

@@ -48,8 +48,8 @@ def add_connection_args(p: argparse.ArgumentParser) -> None:
 
 def connection(args: argparse.Namespace) -> tuple[Any, str]:
     """The client and database the arguments (or the settings) name."""
-    from pipeline.settings import load_settings
-    from sinks import connect
+    from prism.pipeline.settings import load_settings
+    from prism.sinks import connect
 
     settings = load_settings()
     database = args.database or settings.clickhouse_database
@@ -99,7 +99,7 @@ def _json_value(value: Any) -> Any:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from sinks import query
+    from prism.sinks import query
 
     client, _ = connection(args)
     result = query(client, args.sql)

@@ -9,7 +9,7 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
-from pipeline.settings import load_settings
+from prism.pipeline.settings import load_settings
 
 __all__ = ["register"]
 
@@ -47,8 +47,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    import sinks
-    from pipeline.replay import rebuild
+    from prism import sinks
+    from prism.pipeline.replay import rebuild
 
     if not args.verbose:
         logging.getLogger("aiokafka").setLevel(logging.WARNING)

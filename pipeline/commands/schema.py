@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from schemas import EVENT_JSON_SCHEMA_PATH, render_event_json_schema
+from prism.schemas import EVENT_JSON_SCHEMA_PATH, render_event_json_schema
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -8,7 +8,7 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
-from runtime.simulator import (
+from prism.runtime.simulator import (
     FleetConfig,
     SimulatorConfigError,
     publish_to_kafka,
@@ -167,7 +167,7 @@ def _run(args: argparse.Namespace) -> int:
         write_manifest(fleet, args.manifest)
         print(f"wrote manifest to {args.manifest}")
     if args.kafka is not None:
-        from pipeline.settings import load_settings
+        from prism.pipeline.settings import load_settings
 
         settings = load_settings()
         kwargs = settings.aiokafka_kwargs()

@@ -13,7 +13,7 @@ import os
 import sys
 from typing import Any
 
-from pipeline.settings import Settings, load_settings
+from prism.pipeline.settings import Settings, load_settings
 
 __all__ = ["EXIT_INCOMPLETE", "register"]
 
@@ -138,7 +138,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _printer(fmt: str, *, with_run: bool = False) -> Any:
-    from pipeline.replay import ReplayEvent, format_event
+    from prism.pipeline.replay import ReplayEvent, format_event
 
     def emit(ev: ReplayEvent) -> None:
         sys.stdout.write(format_event(ev, fmt, with_run=with_run) + "\n")
@@ -148,7 +148,7 @@ def _printer(fmt: str, *, with_run: bool = False) -> Any:
 
 
 def _tail(args: argparse.Namespace, settings: Settings) -> int:
-    from pipeline.replay import tail_run
+    from prism.pipeline.replay import tail_run
 
     timeout = 60.0 if args.timeout is None else args.timeout
     start = None if args.no_ledger else _ledger_lookup(settings, args.run)
@@ -164,8 +164,8 @@ def _tail(args: argparse.Namespace, settings: Settings) -> int:
 
 def _ledger_lookup(settings: Settings, run_id: str) -> Any:
     """A (topic, partition) -> first offset lookup in the ledger; None when there is no ledger."""
-    import sinks
-    from pipeline.replay import ledger_start_offset
+    from prism import sinks
+    from prism.pipeline.replay import ledger_start_offset
 
     target = sinks.parse_dsn(settings.clickhouse_dsn)
     if (
@@ -192,8 +192,8 @@ def _ledger_lookup(settings: Settings, run_id: str) -> Any:
 
 
 def _from_ledger(args: argparse.Namespace, settings: Settings) -> int:
-    import sinks
-    from pipeline.replay import replay_from_ledger
+    from prism import sinks
+    from prism.pipeline.replay import replay_from_ledger
 
     client = sinks.connect(settings.clickhouse_dsn, settings.clickhouse_database)
     result = replay_from_ledger(
@@ -206,7 +206,7 @@ def _from_ledger(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _follow(args: argparse.Namespace, settings: Settings) -> int:
-    from pipeline.replay import follow
+    from prism.pipeline.replay import follow
 
     result = asyncio.run(
         follow(

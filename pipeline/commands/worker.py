@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 
-from pipeline.settings import load_settings
+from prism.pipeline.settings import load_settings
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -46,7 +46,7 @@ def overrides(args: argparse.Namespace) -> dict[str, object]:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from pipeline.worker._run import run_worker
+    from prism.pipeline.worker import run_worker
 
     settings = load_settings(**overrides(args))
     return run_worker(settings, loglevel=logging.DEBUG if args.verbose else logging.INFO)

@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from schemas import AlertRow
+from prism.schemas import AlertRow
 
 from ._run import from_us, to_us
 from ._types import LimitDeath, OutRecord

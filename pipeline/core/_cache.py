@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from schemas import CacheMinuteRow
+from prism.schemas import CacheMinuteRow
 
 from ._run import from_us
 from ._timeline import _turn_cache_inputs

@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from schemas import (
+from prism.schemas import (
     QuarantineRow,
     event_to_wire,
     is_terminal_agent_event_type,

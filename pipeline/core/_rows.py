@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 
-from schemas import RawEventRow, UsageRow
+from prism.schemas import RawEventRow, UsageRow
 
 from ._run import RunState, from_us
 from ._types import Delivery

@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from schemas import RunRow, TurnRow
+from prism.schemas import RunRow, TurnRow
 
 from ._run import ENVELOPE_FIELDS, RunState, from_us
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from schemas import LedgerBatch
+from prism.schemas import LedgerBatch
 
 __all__ = ["CoreConfig", "Delivery", "LimitDeath", "OutRecord", "Output"]
 

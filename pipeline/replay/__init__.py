@@ -7,8 +7,8 @@ None of them joins a consumer group or commits offsets.
 
 Example::
 
-    from pipeline.replay import format_event, tail_run
-    from pipeline.settings import load_settings
+    from prism.pipeline.replay import format_event, tail_run
+    from prism.pipeline.settings import load_settings
 
     result = await tail_run(load_settings(), "run-42", lambda ev: print(format_event(ev)))
     if not result.complete:

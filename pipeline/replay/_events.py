@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 import orjson
 
-from schemas import SCHEMA_ID, is_terminal_agent_event_type, parse_event
+from prism.schemas import SCHEMA_ID, is_terminal_agent_event_type, parse_event
 
 __all__ = ["FORMATS", "ReplayEvent", "event_from_ledger_row", "event_from_record", "format_event"]
 
@@ -65,7 +65,7 @@ def event_from_record(
 
 
 def _parse_bounded(value: bytes, max_bytes: int) -> Any:
-    from schemas import ContractViolation, parse_batch
+    from prism.schemas import ContractViolation, parse_batch
 
     (item,) = parse_batch([value], max_bytes=max_bytes)
     if isinstance(item, ContractViolation):

@@ -32,7 +32,7 @@ def ledger_start_offset(
 
         ledger_start_offset(client, "prism", "prism.agent-events", 3, "run-42")   # 1187 or None
     """
-    from sinks import query
+    from prism.sinks import query
 
     _check_identifier(database)
     result = query(
@@ -60,7 +60,7 @@ def replay_from_ledger(
         result = replay_from_ledger(client, "prism", "run-42", lambda ev: print(ev.seq))
         result.complete, result.missing
     """
-    from sinks import query
+    from prism.sinks import query
 
     _check_identifier(database)
     result = query(

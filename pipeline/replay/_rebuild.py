@@ -21,7 +21,7 @@ from typing import Any
 
 from aiokafka import TopicPartition
 
-from schemas import ContractViolation, parse_batch
+from prism.schemas import ContractViolation, parse_batch
 
 from ..core import Delivery, ExhaustionAlerter, Output, Processor
 from ..ingest import dead_letter_row
@@ -98,7 +98,7 @@ async def rebuild(
         summary = await rebuild(load_settings(), client, "prism_rebuilt", progress=True)
         print(summary.render())
     """
-    import sinks
+    from prism import sinks
 
     _check_identifier(database)
     existing = _runs_in(client, database)
@@ -217,7 +217,7 @@ class _Replay:
         self.dead_letters = 0
 
     def partition_batch(self, partition: int, records: Sequence[Any]) -> None:
-        from sinks import SourceRange
+        from prism.sinks import SourceRange
 
         now = self.clock()
         received = datetime.fromtimestamp(now, tz=UTC)
@@ -247,7 +247,7 @@ class _Replay:
 
     def finish(self) -> None:
         """Close what waited on a grace period, as the live worker's timer does, then flush."""
-        from sinks import SourceRange
+        from prism.sinks import SourceRange
 
         now = self.clock() + self.config.grace_period_s
         for partition, proc in sorted(self.processors.items()):

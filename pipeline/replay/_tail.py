@@ -19,7 +19,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.partitioner import murmur2
 
-from schemas import ContractViolation
+from prism.schemas import ContractViolation
 
 from ..settings import Settings
 from ._errors import TopicNotFound

@@ -29,7 +29,7 @@ import orjson
 from faust.streams import _current_event
 from faust.types import TP
 
-from schemas import AlertRow, ContractViolation, LedgerBatch, parse_batch
+from prism.schemas import AlertRow, ContractViolation, LedgerBatch, parse_batch
 
 from ..core import (
     Delivery,
@@ -215,7 +215,7 @@ class PipelineWorker:
 
     async def _write_ledger(self, parts: list[tuple[LedgerBatch, Any]]) -> None:
         """Insert and wait for the acknowledgement; while ClickHouse fails, retry, hold offsets."""
-        from sinks import LedgerWriteError
+        from prism.sinks import LedgerWriteError
 
         parts = [(b, r) for b, r in parts if len(b)]
         if not parts:

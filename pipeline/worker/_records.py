@@ -6,7 +6,7 @@ from typing import Any
 
 import faust
 
-from schemas import ContractViolation
+from prism.schemas import ContractViolation
 
 from ..core import CoreConfig, OutRecord
 from ..settings import Settings
@@ -57,6 +57,6 @@ def dlq_record(msg: Any, violation: ContractViolation) -> OutRecord:
 
 
 def source_range(source: str, partition: int, first: int, last: int) -> Any:
-    from sinks import SourceRange
+    from prism.sinks import SourceRange
 
     return SourceRange(source, partition, first, last)

@@ -3,18 +3,35 @@
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
-from .. import _faults
 from ..settings import Settings
 from ._app import PipelineWorker
 
-__all__ = ["build_worker", "run_worker"]
+__all__ = ["WorkerHooks", "build_worker", "run_worker"]
 
 log = logging.getLogger("prism.worker")
 
 
-def build_worker(settings: Settings) -> PipelineWorker:
-    import sinks
+@dataclass(frozen=True, slots=True)
+class WorkerHooks:
+    """Seams for tests and tooling, passed explicitly (production passes none).
+
+    ``insert_hook(table, insert)`` wraps every ledger insert; ``wrap_writer(writer)``
+    returns the ledger sink the worker uses instead of ``writer``; ``clock`` is the
+    worker's processing clock (seconds since the epoch).
+    """
+
+    insert_hook: Callable[[str, Callable[[], object]], object] | None = None
+    wrap_writer: Callable[[Any], Any] | None = None
+    clock: Callable[[], float] = time.time
+
+
+def build_worker(settings: Settings, hooks: WorkerHooks | None = None) -> PipelineWorker:
+    from prism import sinks
 
     from ._telemetry import configure_exporters
 
@@ -26,25 +43,26 @@ def build_worker(settings: Settings) -> PipelineWorker:
         cluster=settings.clickhouse_cluster,
         raw_event_ttl_days=settings.raw_event_ttl_days,
     )
-    # Test-only fault injection (PRISM_FAULTS, see pipeline/_faults.py): None, inert, unless set.
-    faults = _faults.from_env()
+    hooks = hooks or WorkerHooks()
     ledger = sinks.LedgerWriter(
         client,
         settings.clickhouse_database,
         max_rows=max(10 * settings.batch_max_events, 50_000),
         max_seconds=settings.batch_max_seconds,
-        insert_hook=faults.insert_hook if faults else None,
+        insert_hook=hooks.insert_hook,
     )
-    writer = faults.wrap(ledger) if faults else ledger
+    writer = hooks.wrap_writer(ledger) if hooks.wrap_writer else ledger
     alert_sinks = []
     if settings.alert_webhook_url:
-        from pipeline.alerting import WebhookNotifier
+        from prism.pipeline.alerting import WebhookNotifier
 
         alert_sinks.append(WebhookNotifier(settings.alert_webhook_url))
-    return PipelineWorker(settings, writer, alert_sinks=alert_sinks)
+    return PipelineWorker(settings, writer, alert_sinks=alert_sinks, clock=hooks.clock)
 
 
-def run_worker(settings: Settings, *, loglevel: int = logging.INFO) -> int:
+def run_worker(
+    settings: Settings, *, loglevel: int = logging.INFO, hooks: WorkerHooks | None = None
+) -> int:
     """Run until SIGTERM/SIGINT; faust stops the agents, flushes and commits on the way out."""
     import asyncio
 
@@ -56,7 +74,7 @@ def run_worker(settings: Settings, *, loglevel: int = logging.INFO) -> int:
     created = asyncio.run(ensure_topics(settings))
     if created:
         log.info("created topics: %s", ", ".join(created))
-    worker = build_worker(settings)
+    worker = build_worker(settings, hooks)
     log.info(
         "worker starting: topic=%s group=%s ledger=%s",
         settings.topics.input,

@@ -25,7 +25,7 @@ chaos knob above zero happens at least once.
 
 Example::
 
-    from runtime.simulator import FleetConfig, simulate, write_jsonl, write_manifest
+    from prism.runtime.simulator import FleetConfig, simulate, write_jsonl, write_manifest
 
     fleet = simulate(FleetConfig(runs=1000, seed=7, duplicates=0.02, reorder_window=3))
     write_jsonl(fleet, "fleet.jsonl")

@@ -15,8 +15,8 @@ import orjson
 import pytest
 from aiohttp import web
 
-from pipeline.alerting import WebhookNotifier
-from sinks.testing import alert_row
+from prism.pipeline.alerting import WebhookNotifier
+from prism.sinks.testing import alert_row
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 

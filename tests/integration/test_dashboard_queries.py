@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from dashboards import (
+from prism.dashboards import (
     ALL,
     DASHBOARDS,
     TimeRange,
@@ -31,9 +31,9 @@ from dashboards import (
     run_explorer,
     sre_overview,
 )
-from pipeline.ingest import ingest_lines
-from runtime.simulator import Fleet, FleetConfig, simulate
-from sinks import LedgerWriter, migrate
+from prism.pipeline.ingest import ingest_lines
+from prism.runtime.simulator import Fleet, FleetConfig, simulate
+from prism.sinks import LedgerWriter, migrate
 
 pytestmark = pytest.mark.integration
 

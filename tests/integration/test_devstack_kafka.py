@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from pipeline.devstack import LocalKafka, free_port, kafka_home
+from prism.devstack import LocalKafka, free_port, kafka_home
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 

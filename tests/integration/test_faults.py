@@ -2,8 +2,8 @@
 
 Each case runs a real worker subprocess on the real broker and an embedded chDB ledger,
 and ends with the oracle: the ledger equals the simulator's manifest (no event lost,
-none doubled, DLQ and quarantine counts as expected). Faults come from ``PRISM_FAULTS``
-(``pipeline/_faults.py``).
+none doubled, DLQ and quarantine counts as expected). Faults come from fault specs
+(``devstack/faults.py``).
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from pipeline.workerproc import committed_lag
-from runtime.simulator import FleetConfig, simulate
+from prism.devstack.workerproc import committed_lag
+from prism.runtime.simulator import FleetConfig, simulate
 from tests.integration.test_faults_harness import (
     CHAOS,
     FaultLab,

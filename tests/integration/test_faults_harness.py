@@ -19,11 +19,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pipeline.devstack import LocalKafka, free_port
-from pipeline.settings import Settings, load_settings
-from pipeline.topics import ensure_topics, worker_env
-from pipeline.workerproc import WorkerProcess, committed_lag
-from runtime.simulator import Fleet, FleetRecord, publish_to_kafka
+from prism.devstack import LocalKafka, free_port
+from prism.devstack.workerproc import WorkerProcess, committed_lag
+from prism.pipeline.settings import Settings, load_settings
+from prism.pipeline.topics import ensure_topics, worker_env
+from prism.runtime.simulator import Fleet, FleetRecord, publish_to_kafka
 from tests.fixtures.oracle import diff_manifest
 
 # faust reads these from the environment: a SIGKILLed member leaves the group after 6 s
@@ -87,9 +87,9 @@ class FaultLab:
         )
 
     def worker(self, settings: Settings, name: str, *, faults: str = "") -> WorkerProcess:
-        """Start ``prism-pipeline worker`` with ``PRISM_FAULTS=faults``, logging to ``name.log``."""
-        env = {**worker_env(settings), **FAST_GROUP_ENV, "PRISM_FAULTS": faults}
-        w = WorkerProcess(env, log_path=self.tmp / f"{name}.log")
+        """Start a worker with ``faults`` (a fault spec), logging to ``name.log``."""
+        env = {**worker_env(settings), **FAST_GROUP_ENV}
+        w = WorkerProcess(env, log_path=self.tmp / f"{name}.log", faults=faults)
         self.workers.append(w)
         return w.start()
 

@@ -15,9 +15,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from pipeline.settings import Settings
-from pipeline.workerproc import committed_lag
-from runtime.simulator import FleetConfig, simulate
+from prism.devstack.workerproc import committed_lag
+from prism.pipeline.settings import Settings
+from prism.runtime.simulator import FleetConfig, simulate
 from tests.fixtures.ledger_compare import merge_ledger
 from tests.integration.test_faults_harness import (
     CHAOS,

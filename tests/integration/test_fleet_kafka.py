@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.settings import load_settings
-from pipeline.topics import ensure_topics, worker_env
-from pipeline.workerproc import WorkerProcess, wait_members
-from runtime.simulator import FleetConfig, publish_to_kafka, simulate, write_jsonl
+from prism.devstack.workerproc import WorkerProcess, wait_members
+from prism.pipeline.settings import load_settings
+from prism.pipeline.topics import ensure_topics, worker_env
+from prism.runtime.simulator import FleetConfig, publish_to_kafka, simulate, write_jsonl
 from tests.fixtures.ledger_compare import ledger_contents, merge_ledger
 from tests.fixtures.oracle import diff_manifest, snapshot, subprocess_query
 
@@ -80,7 +80,7 @@ def test_fleet_through_kafka_matches_manifest_and_file_replay(
         [
             sys.executable,
             "-m",
-            "pipeline.cli",
+            "prism.pipeline.cli",
             "ingest-file",
             str(path),
             "--clickhouse",

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from schemas import AlertRow, LedgerBatch
-from sinks import LedgerWriter, SourceRange, migrate
+from prism.schemas import AlertRow, LedgerBatch
+from prism.sinks import LedgerWriter, SourceRange, migrate
 
 pytestmark = pytest.mark.integration
 

@@ -20,9 +20,9 @@ WRITE_ROWS = """
 import sys
 from datetime import UTC, datetime
 from decimal import Decimal
-from schemas import LedgerBatch
-from sinks import LedgerWriter, SourceRange, connect
-from sinks.testing import usage_row
+from prism.schemas import LedgerBatch
+from prism.sinks import LedgerWriter, SourceRange, connect
+from prism.sinks.testing import usage_row
 client = connect(sys.argv[1], "prism")
 writer = LedgerWriter(client, "prism")
 at = datetime(2025, 1, 10, tzinfo=UTC)
@@ -36,7 +36,7 @@ writer.flush()
 
 def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "pipeline.cli", *args],
+        [sys.executable, "-m", "prism.pipeline.cli", *args],
         capture_output=True,
         text=True,
         env=env,

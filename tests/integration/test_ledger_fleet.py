@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from pipeline.ingest import ingest_lines
-from runtime.simulator import FleetConfig, simulate
-from sinks import LedgerWriter, billing_report, migrate
+from prism.pipeline.ingest import ingest_lines
+from prism.runtime.simulator import FleetConfig, simulate
+from prism.sinks import LedgerWriter, billing_report, migrate
 
 pytestmark = pytest.mark.integration
 

@@ -11,9 +11,16 @@ from typing import Any
 
 import pytest
 
-from schemas import LedgerBatch
-from sinks import BillingLine, LedgerWriter, SourceRange, billing_report, migrate, run_timeline
-from sinks.testing import cache_minute_row, event_row, run_row, turn_row, usage_row
+from prism.schemas import LedgerBatch
+from prism.sinks import (
+    BillingLine,
+    LedgerWriter,
+    SourceRange,
+    billing_report,
+    migrate,
+    run_timeline,
+)
+from prism.sinks.testing import cache_minute_row, event_row, run_row, turn_row, usage_row
 
 pytestmark = pytest.mark.integration
 

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-import sinks
-from schemas import LedgerBatch, RunRow
-from sinks import LedgerConfigError, LedgerWriter, MigrationError, SourceRange, migrate
-from sinks._tables import columns_of
-from sinks.testing import run_row, turn_row, usage_row
+from prism import sinks
+from prism.schemas import LedgerBatch, RunRow
+from prism.sinks import LedgerConfigError, LedgerWriter, MigrationError, SourceRange, migrate
+from prism.sinks._tables import columns_of
+from prism.sinks.testing import run_row, turn_row, usage_row
 
 pytestmark = pytest.mark.integration
 

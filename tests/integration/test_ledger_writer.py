@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from schemas import LedgerBatch
-from sinks import LedgerWriteError, LedgerWriter, SourceRange, migrate
-from sinks.testing import (
+from prism.schemas import LedgerBatch
+from prism.sinks import LedgerWriteError, LedgerWriter, SourceRange, migrate
+from prism.sinks.testing import (
     FailingInserts,
     alert_row,
     cache_minute_row,

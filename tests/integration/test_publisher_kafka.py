@@ -19,7 +19,7 @@ from aiokafka import AIOKafkaConsumer
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 
-from runtime import EventPublisher, RunEmitter
+from prism.runtime import EventPublisher, RunEmitter
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

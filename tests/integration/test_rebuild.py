@@ -30,7 +30,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError
 
-from runtime.simulator import FleetConfig, publish_to_kafka, simulate
+from prism.runtime.simulator import FleetConfig, publish_to_kafka, simulate
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 

@@ -8,8 +8,8 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from pipeline.cli import main
-from runtime.simulator import FleetConfig, SimulatorPublishError, publish_to_kafka, simulate
+from prism.pipeline.cli import main
+from prism.runtime.simulator import FleetConfig, SimulatorPublishError, publish_to_kafka, simulate
 
 pytestmark = pytest.mark.integration
 

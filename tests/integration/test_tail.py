@@ -19,13 +19,13 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from pipeline.cli import main
-from pipeline.ingest import ingest_lines
-from pipeline.replay import follow, partition_for
-from pipeline.settings import load_settings
-from schemas import LedgerBatch
-from sinks import LedgerWriter, SourceRange, migrate
-from sinks.testing import event_row
+from prism.pipeline.cli import main
+from prism.pipeline.ingest import ingest_lines
+from prism.pipeline.replay import follow, partition_for
+from prism.pipeline.settings import load_settings
+from prism.schemas import LedgerBatch
+from prism.sinks import LedgerWriter, SourceRange, migrate
+from prism.sinks.testing import event_row
 from tests.fixtures.runs import RunBuilder
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]

@@ -14,8 +14,8 @@ import httpx
 import orjson
 import pytest
 
-from pipeline.alerting import WebhookConfigError, WebhookNotifier
-from sinks.testing import alert_row
+from prism.pipeline.alerting import WebhookConfigError, WebhookNotifier
+from prism.sinks.testing import alert_row
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -22,7 +22,7 @@ import pytest
 import yaml
 from packaging.specifiers import SpecifierSet
 
-from pipeline.settings import Settings, Topics, load_settings
+from prism.pipeline.settings import Settings, Topics, load_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
@@ -241,7 +241,7 @@ def test_kafka_is_one_node_that_fits_the_topic_defaults(services: dict[str, Any]
 
 @pytest.mark.parametrize("env", [{}, OVERRIDES], ids=["defaults", "overrides"])
 def test_clickhouse_dsn_names_the_compose_server(env: dict[str, str]) -> None:
-    from sinks import parse_dsn
+    from prism.sinks import parse_dsn
 
     services = load_compose(env)["services"]
     server = environment(services["clickhouse"])
@@ -355,7 +355,7 @@ def test_worker_keeps_state_on_a_volume_and_stops_gracefully(
 
 @pytest.mark.parametrize("service", PIPELINE_SERVICES)
 def test_pipeline_commands_parse_with_the_cli(service: str, services: dict[str, Any]) -> None:
-    from pipeline.cli import build_parser
+    from prism.pipeline.cli import build_parser
 
     argv = command(services[service])
     parser = build_parser()
@@ -401,9 +401,7 @@ def test_image_installs_the_project_and_runs_its_console_script() -> None:
         for args in re.findall(r"^COPY\s+(?!--from)(.+)$", text, re.M)
         for src in args.split()[:-1]
     ]
-    packages = [
-        p.rstrip("*") for p in pyproject["tool"]["setuptools"]["packages"]["find"]["include"]
-    ]
+    packages = sorted(set(pyproject["tool"]["setuptools"]["package-dir"].values()))
     for src in ["pyproject.toml", project["readme"], *packages]:
         assert src in copied, f"the image build needs {src}, which the Dockerfile does not copy"
     for src in copied:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from pipeline.core import ExhaustionAlerter, LimitDeath
-from pipeline.core._run import to_us
+from prism.pipeline.core import ExhaustionAlerter, LimitDeath
+from prism.pipeline.core._run import to_us
 from tests.fixtures.runs import T0
 
 

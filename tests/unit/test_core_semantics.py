@@ -7,7 +7,7 @@ from datetime import timedelta
 import orjson
 import pytest
 
-from pipeline.core import CoreConfig, Processor, RunState
+from prism.pipeline.core import CoreConfig, Processor, RunState
 from tests.fixtures.runs import T0, RunBuilder, deliveries
 
 CFG = CoreConfig(grace_period_s=30, stale_after_s=3600, tombstone_retention_s=86400)

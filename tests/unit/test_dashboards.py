@@ -12,8 +12,8 @@ import yaml
 from grafana_foundation_sdk.builders import timeseries
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 
-import dashboards
-from dashboards import (
+from prism import dashboards
+from prism.dashboards import (
     DASHBOARDS,
     DATASOURCE_UID,
     PLUGIN_ID,
@@ -29,7 +29,7 @@ from dashboards import (
     lint_alerting,
     lint_dashboard,
 )
-from pipeline.cli import main
+from prism.pipeline.cli import main
 
 BUILT = {b.__name__: dashboard_json(b(None)) for b in DASHBOARDS}
 
@@ -308,7 +308,7 @@ def test_build_refuses_to_write_a_dashboard_that_breaks_the_lint(
         model.panels[1].description = ""  # type: ignore[index, union-attr]
         return model
 
-    monkeypatch.setattr("dashboards._provisioning.DASHBOARDS", (broken,))
+    monkeypatch.setattr("prism.dashboards._provisioning.DASHBOARDS", (broken,))
     with pytest.raises(LintError, match="has no description"):
         build_all(tmp_path)
     assert not any(tmp_path.iterdir())

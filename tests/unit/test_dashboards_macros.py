@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from dashboards import ALL, MacroError, TimeRange, Variable, expand_alert_query, expand_query
+from prism.dashboards import ALL, MacroError, TimeRange, Variable, expand_alert_query, expand_query
 
 # 2014-11-12 11:45:26.123 UTC .. 2014-11-12 12:45:26.456 UTC
 FROM = datetime(2014, 11, 12, 11, 45, 26, 123_000, tzinfo=UTC)

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.devstack import DevstackError, LocalKafka, _java_major, free_port
+from prism.devstack import DevstackError, LocalKafka, free_port
+from prism.devstack._kafka import _java_major
 
 
 def test_a_taken_port_is_refused_with_its_number(tmp_path: Path) -> None:

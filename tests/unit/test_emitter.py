@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from runtime import EventTooLarge, InMemoryPublisher, InvalidEvent, new_event_id
-from schemas import AgentFinishedData, parse_event
+from prism.runtime import EventTooLarge, InMemoryPublisher, InvalidEvent, new_event_id
+from prism.schemas import AgentFinishedData, parse_event
 
 DIGEST = "sha256:" + "ab" * 32
 MODEL = {"provider": "anthropic", "model": "claude-sonnet-4"}

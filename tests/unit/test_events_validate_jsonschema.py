@@ -10,8 +10,8 @@ import jsonschema
 import orjson
 import pytest
 
-import schemas
-from runtime.simulator import Fleet, FleetConfig, simulate
+from prism import schemas
+from prism.runtime.simulator import Fleet, FleetConfig, simulate
 
 SCHEMA_FILE = Path(schemas.__file__).parent / "prism-agent-event.v1.schema.json"
 

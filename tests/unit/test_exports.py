@@ -13,12 +13,12 @@ import pytest
 PACKAGES = [
     "schemas",
     "runtime",
-    "runtime.simulator",
+    "prism.runtime.simulator",
     "sinks",
     "dashboards",
-    "pipeline.core",
-    "pipeline.worker",
-    "pipeline.replay",
+    "prism.pipeline.core",
+    "prism.pipeline.worker",
+    "prism.pipeline.replay",
 ]
 
 

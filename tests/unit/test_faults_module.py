@@ -1,4 +1,4 @@
-"""``PRISM_FAULTS``: parsed strictly, inert when unset, each fault firing exactly where it says."""
+"""Fault specs: parsed strictly, inert when empty, each fault firing exactly where it says."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from pipeline import _faults
-from pipeline._faults import FaultPlan, FaultSpecError, from_env, parse_faults
-from sinks import FlushResult, SourceRange
-from sinks._errors import is_transient  # the writer's own retry predicate
+from prism.devstack import faults as _faults
+from prism.devstack.faults import FaultPlan, FaultSpecError, parse_faults
+from prism.sinks import FlushResult, SourceRange
+from prism.sinks._errors import is_transient  # the writer's own retry predicate
 
 
 class Killed(Exception):
@@ -58,14 +58,13 @@ def _rig(spec: str, clock: Callable[[], float] | None = None) -> tuple[Any, Fake
     return plan.wrap(inner), inner, kills
 
 
-@pytest.mark.parametrize("env", [{}, {"PRISM_FAULTS": ""}, {"PRISM_FAULTS": " , "}])
-def test_unset_or_empty_means_no_faults(env: dict[str, str]) -> None:
-    assert from_env(env) is None
+@pytest.mark.parametrize("spec", ["", " , "])
+def test_an_empty_spec_means_no_faults(spec: str) -> None:
+    assert parse_faults(spec) is None
 
 
-def test_the_process_environment_is_read_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PRISM_FAULTS", "kill_mid_insert:4, fail_inserts:2.5s@3")
-    plan = from_env()
+def test_a_spec_combines_kinds() -> None:
+    plan = parse_faults("kill_mid_insert:4, fail_inserts:2.5s@3")
     assert plan is not None
     assert (plan.kill_mid_insert, plan.fail_seconds, plan.fail_from_flush) == (4, 2.5, 3)
     assert (plan.kill_after_insert, plan.fail_calls) == (None, None)
@@ -86,7 +85,7 @@ def test_the_process_environment_is_read_by_default(monkeypatch: pytest.MonkeyPa
     ],
 )
 def test_a_bad_spec_is_refused_with_the_item_named(spec: str) -> None:
-    with pytest.raises(FaultSpecError, match="PRISM_FAULTS"):
+    with pytest.raises(FaultSpecError, match="fault spec"):
         parse_faults(spec)
 
 
@@ -167,14 +166,14 @@ def test_the_wrapper_passes_other_attributes_through() -> None:
 def test_a_kill_is_a_real_sigkill_with_its_line_on_stderr() -> None:
     code = textwrap.dedent(
         """
-        from pipeline import _faults
-        from sinks import FlushResult
+        from prism.devstack import faults as _faults
+        from prism.sinks import FlushResult
 
         class W:
             def flush(self):
                 return FlushResult({"runs_store": 3}, 0.0, 1, ())
 
-        _faults.from_env().wrap(W()).flush()
+        _faults.parse_faults("kill_after_insert:1").wrap(W()).flush()
         print("survived")
         """
     )
@@ -185,7 +184,7 @@ def test_a_kill_is_a_real_sigkill_with_its_line_on_stderr() -> None:
         timeout=60,
         check=False,
         cwd=Path(_faults.__file__).parent.parent,
-        env={"PRISM_FAULTS": "kill_after_insert:1", "PATH": ""},
+        env={"PATH": ""},
     )
     assert out.returncode == -signal.SIGKILL
     assert "prism-fault: kill_after_insert: flush 1 stored {'runs_store': 3}" in out.stderr
@@ -197,28 +196,31 @@ def test_a_kill_is_a_real_sigkill_with_its_line_on_stderr() -> None:
     ("faults", "wiring"),
     [("", "LedgerWriter None"), ("fail_inserts:1", "FaultyWriter insert_hook")],
 )
-def test_the_worker_installs_faults_only_when_asked(
+def test_the_worker_installs_faults_only_through_its_hooks(
     tmp_path: Path, faults: str, wiring: str
 ) -> None:
     code = textwrap.dedent(
         """
-        from pipeline.settings import load_settings
-        from pipeline.worker._run import build_worker
+        import sys
+        from prism.devstack.faults import parse_faults
+        from prism.pipeline.settings import load_settings
+        from prism.pipeline.worker import WorkerHooks, build_worker
 
-        writer = build_worker(load_settings()).writer
+        plan = parse_faults(sys.argv[1])
+        hooks = WorkerHooks(insert_hook=plan.insert_hook, wrap_writer=plan.wrap) if plan else None
+        writer = build_worker(load_settings(), hooks).writer
         hook = getattr(writer, "_writer", writer)._hook
         print(type(writer).__name__, getattr(hook, "__name__", None))
         """
     )
     env = {
         **os.environ,
-        "PRISM_FAULTS": faults,
         "PRISM_STATE_STORE": "memory",
         "PRISM_CLICKHOUSE_DSN": f"chdb://{tmp_path / 'ledger'}",
         "PRISM_STATE_DIR": str(tmp_path / "state"),
     }
     out = subprocess.run(
-        [sys.executable, "-c", code],
+        [sys.executable, "-c", code, faults],
         capture_output=True,
         text=True,
         timeout=100,

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator
 
-from pipeline.cli import main
-from schemas import (
+from prism.pipeline.cli import main
+from prism.schemas import (
     EVENT_JSON_SCHEMA_ID,
     EVENT_JSON_SCHEMA_PATH,
     SCHEMA_ID,

@@ -8,15 +8,15 @@ import orjson
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 
-import runtime
-from runtime import (
+from prism import runtime
+from prism.runtime import (
     EventTooLarge,
     InMemoryPublisher,
     InvalidEvent,
     PublisherClosed,
     PublisherError,
 )
-from schemas import parse_event
+from prism.schemas import parse_event
 
 
 def envelope(run_id: str = "run-1", seq: int = 0, **extra: object) -> dict[str, object]:

@@ -14,8 +14,8 @@ from collections.abc import Callable
 
 import pytest
 
-from pipeline.devstack import free_port
-from runtime import EventPublisher, FullPolicy
+from prism.devstack import free_port
+from prism.runtime import EventPublisher, FullPolicy
 
 pytestmark = pytest.mark.timeout(60)
 

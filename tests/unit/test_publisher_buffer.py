@@ -9,8 +9,8 @@ from typing import Any
 import orjson
 import pytest
 
-from runtime import DeliveryFailed, EventTooLarge, PublisherClosed, Record
-from runtime._buffer import BufferedPublisher, FullPolicy
+from prism.runtime import DeliveryFailed, EventTooLarge, PublisherClosed, Record
+from prism.runtime._buffer import BufferedPublisher, FullPolicy
 
 pytestmark = pytest.mark.timeout(30)
 

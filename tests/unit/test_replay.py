@@ -10,8 +10,8 @@ import orjson
 import pytest
 from aiokafka.partitioner import DefaultPartitioner
 
-from pipeline.cli import main
-from pipeline.replay import (
+from prism.pipeline.cli import main
+from prism.pipeline.replay import (
     ReplayEvent,
     RunSequencer,
     event_from_ledger_row,
@@ -178,7 +178,7 @@ def test_cli_refuses_options_that_do_not_fit(
 def test_the_public_surface_is_exported() -> None:
     import types
 
-    import pipeline.replay as replay
+    import prism.pipeline.replay as replay
 
     assert [n for n in replay.__all__ if not hasattr(replay, n) or n.startswith("_")] == []
     public = {

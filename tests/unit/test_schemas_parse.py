@@ -11,8 +11,8 @@ import orjson
 import pytest
 from pydantic import TypeAdapter, ValidationError
 
-import schemas
-from schemas import (
+from prism import schemas
+from prism.schemas import (
     KNOWN_EVENT_TYPES,
     SCHEMA_ID,
     TERMINAL_TYPES,

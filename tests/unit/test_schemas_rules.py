@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from schemas import ContractViolation, parse_event
+from prism.schemas import ContractViolation, parse_event
 from tests.fixtures.events import DROP, event_bytes, make_event
 
 

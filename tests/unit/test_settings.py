@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.settings import SettingsError, Topics, load_settings
+from prism.pipeline.settings import SettingsError, Topics, load_settings
 
 
 def test_defaults_run_locally(monkeypatch: pytest.MonkeyPatch) -> None:

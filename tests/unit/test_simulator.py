@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-import runtime.simulator as simulator
-from runtime.simulator import (
+import prism.runtime.simulator as simulator
+from prism.runtime.simulator import (
     Fleet,
     FleetConfig,
     SimulatorConfigError,

@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from pipeline.cli import main
-from runtime.simulator import FLEET_SPAN, FleetConfig, simulate
+from prism.pipeline.cli import main
+from prism.runtime.simulator import FLEET_SPAN, FleetConfig, simulate
 
 
 def test_writes_jsonl_and_manifest_deterministically(tmp_path, capsys) -> None:

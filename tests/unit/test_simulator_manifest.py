@@ -7,8 +7,8 @@ from typing import Any
 
 import orjson
 
-from runtime.simulator import FleetConfig, FleetRecord, simulate
-from runtime.simulator._manifest import compute_manifest
+from prism.runtime.simulator import FleetConfig, FleetRecord, simulate
+from prism.runtime.simulator._manifest import compute_manifest
 
 T0 = datetime(2026, 11, 30, tzinfo=UTC)
 

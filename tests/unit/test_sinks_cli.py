@@ -10,8 +10,8 @@ from decimal import Decimal
 
 import pytest
 
-from pipeline.cli import build_parser
-from pipeline.commands.query import render
+from prism.pipeline.cli import build_parser
+from prism.pipeline.commands.query import render
 
 COLUMNS = ["tenant_id", "cost", "at", "tokens"]
 ROWS = [

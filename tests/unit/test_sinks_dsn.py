@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from clickhouse_connect.driver.exceptions import DatabaseError, OperationalError
 
-import sinks
-from sinks import LedgerConfigError, parse_dsn
-from sinks._errors import is_transient, redact_dsn
+from prism import sinks
+from prism.sinks import LedgerConfigError, parse_dsn
+from prism.sinks._errors import is_transient, redact_dsn
 
 
 def test_relative_chdb_path_resolves_against_the_working_directory(
@@ -102,7 +102,7 @@ def test_exports_are_importable() -> None:
 
 
 def test_an_unreachable_server_is_a_connect_error_without_the_password() -> None:
-    from pipeline.devstack import free_port
+    from prism.devstack import free_port
 
     port = free_port()  # nothing listens there
     with pytest.raises(sinks.LedgerConnectError, match=f"127.0.0.1:{port}") as info:

@@ -6,9 +6,9 @@ import re
 
 import pytest
 
-from sinks import STORAGE_TABLES, LedgerConfigError, MigrationError, load_migrations
-from sinks._migrate import render_migrations, render_sql
-from sinks._tables import columns_of
+from prism.sinks import STORAGE_TABLES, LedgerConfigError, MigrationError, load_migrations
+from prism.sinks._migrate import render_migrations, render_sql
+from prism.sinks._tables import columns_of
 
 UPDATED = {"runs_store", "turns_store", "usage_store", "cache_minute_store", "alerts_store"}
 APPEND_ONLY = {"run_events_store", "quarantine_store", "dead_letters_store"}

@@ -14,10 +14,16 @@ from typing import Any
 import pytest
 from clickhouse_connect.driver.exceptions import DatabaseError
 
-from schemas import LedgerBatch
-from sinks import STORAGE_TABLES, LedgerConfigError, LedgerWriteError, LedgerWriter, SourceRange
-from sinks._tables import columns_of
-from sinks.testing import FailingInserts, event_row, run_row, usage_row
+from prism.schemas import LedgerBatch
+from prism.sinks import (
+    STORAGE_TABLES,
+    LedgerConfigError,
+    LedgerWriteError,
+    LedgerWriter,
+    SourceRange,
+)
+from prism.sinks._tables import columns_of
+from prism.sinks.testing import FailingInserts, event_row, run_row, usage_row
 
 _COLUMNS = {table: columns_of(cls) for table, cls in STORAGE_TABLES.values()}
 

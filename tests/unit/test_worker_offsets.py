@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.worker._offsets import missing_ranges
+from prism.pipeline.worker._offsets import missing_ranges
 
 
 @pytest.mark.parametrize(

@@ -11,8 +11,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from pipeline.worker._telemetry import WorkerTelemetry
-from runtime import InMemoryPublisher
+from prism.pipeline.worker._telemetry import WorkerTelemetry
+from prism.runtime import InMemoryPublisher
 
 
 @pytest.fixture

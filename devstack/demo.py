@@ -19,9 +19,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .devstack import LocalKafka
-from .settings import load_settings
-from .topics import ensure_topics, worker_env
+from prism.pipeline.settings import load_settings
+from prism.pipeline.topics import ensure_topics, worker_env
+
+from ._kafka import LocalKafka
 from .workerproc import WorkerProcess
 
 __all__ = ["main"]
@@ -140,14 +141,16 @@ def check(client: Any, db: str, manifest: dict[str, Any]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m pipeline.demo", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        prog="python -m prism.devstack.demo", description=__doc__.splitlines()[0]
+    )
     p.add_argument("--kafka-port", type=int, default=9092)
     p.add_argument("--kafka-state-dir", type=Path, default=Path(".data/kafka"))
     p.add_argument("--runs", type=int, default=3000, help="runs in the simulated fleet")
     p.add_argument("--seed", type=int, default=7)
     args = p.parse_args(argv)
 
-    from runtime.simulator import FleetConfig, publish_to_kafka, simulate, write_manifest
+    from prism.runtime.simulator import FleetConfig, publish_to_kafka, simulate, write_manifest
 
     broker = LocalKafka(state_dir=args.kafka_state_dir, port=args.kafka_port)
     print(f"[1/5] starting Kafka on {broker.bootstrap} (jars cached in devstack/kafka/lib)")
@@ -197,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         worker.wait_drained(settings.topics.input, settings.consumer_group, timeout=600, settle=4.0)
     print(f"      drained in {time.monotonic() - started:.1f}s (log: {demo_dir / 'worker.log'})")
 
-    import sinks
+    from prism import sinks
 
     client = sinks.connect(settings.clickhouse_dsn, settings.clickhouse_database)
     print("[4/5] report from the ledger " + settings.clickhouse_dsn)
@@ -211,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
             else "MISMATCH\n  " + "\n  ".join(problems)
         )
     )
-    from dashboards import build_all
+    from prism.dashboards import build_all
 
     written = build_all()
     print(f"[5/5] wrote {len(written)} Grafana files under dashboards/ (docker compose up grafana)")

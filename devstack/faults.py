@@ -1,9 +1,10 @@
-"""Test-only fault injection at the ledger writer's seams, switched on by ``PRISM_FAULTS``.
+"""Test-only fault injection at the ledger writer's seams, through ``WorkerHooks``.
 
-The fault-injection suite (``tests/integration/test_faults*.py``) sets ``PRISM_FAULTS`` in
-a worker subprocess's environment to make it die or fail at exact points of a ledger
-flush. When the variable is unset or empty, ``from_env()`` returns ``None`` and the worker
-builds its writer exactly as it would without this module. Never set it in production.
+The fault-injection suite (``tests/integration/test_faults*.py``) starts workers with
+``python -m prism.devstack.faults SPEC [worker options]``: the same worker as
+``prism-pipeline worker``, built with this plan's hooks, so it dies or fails at exact
+points of a ledger flush. Production code never reads a fault spec: the worker only gets
+hooks that its caller passes.
 
 Spec: comma-separated faults, each kind at most once. Flushes are numbered from 1 in the
 order the worker calls ``LedgerWriter.flush()`` (a retried flush counts again).
@@ -20,37 +21,39 @@ order the worker calls ``LedgerWriter.flush()`` (a retried flush counts again).
 Each fault writes one ``prism-fault: ...`` line to stderr when it fires (failures: the
 first one and the recovery), so a test can check the fault hit where it should.
 
-Exceptions: ``FaultSpecError`` (``ValueError``), a malformed ``PRISM_FAULTS``.
+Exceptions: ``FaultSpecError`` (``ValueError``), a malformed spec.
 
 Example::
 
-    PRISM_FAULTS=kill_after_insert:3 prism-pipeline worker
+    python -m prism.devstack.faults kill_after_insert:3 --group g1
 """
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import re
 import signal
+import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
-    "ENV_VAR",
     "MARKER",
+    "SPEC_NAME",
     "FaultPlan",
     "FaultSpecError",
     "FaultyWriter",
-    "from_env",
+    "main",
     "parse_faults",
 ]
 
 log = logging.getLogger("prism.faults")
 
-ENV_VAR = "PRISM_FAULTS"
+SPEC_NAME = "fault spec"
 MARKER = "prism-fault:"
 
 _ITEM_RE = re.compile(
@@ -60,7 +63,7 @@ _ITEM_RE = re.compile(
 
 
 class FaultSpecError(ValueError):
-    """``PRISM_FAULTS`` does not parse; the message names the bad item and the grammar."""
+    """A fault spec does not parse; the message names the bad item and the grammar."""
 
 
 def _kill_self() -> None:
@@ -103,7 +106,7 @@ class FaultPlan:
             if self.failed == 1:
                 _say(f"fail_inserts: insert into {table} fails (flush {self.flushes})")
             raise ConnectionError(
-                f"injected insert failure #{self.failed} into {table} ({ENV_VAR} fail_inserts)"
+                f"injected insert failure #{self.failed} into {table} (fail_inserts)"
             )
         if (
             self.kill_mid_insert is not None
@@ -181,7 +184,7 @@ class FaultyWriter:
 
 
 def parse_faults(spec: str) -> FaultPlan | None:
-    """The plan for a ``PRISM_FAULTS`` value; ``None`` for an empty one.
+    """The plan for a fault spec; ``None`` for an empty one.
 
     Example::
 
@@ -195,21 +198,21 @@ def parse_faults(spec: str) -> FaultPlan | None:
         m = _ITEM_RE.match(item)
         if m is None:
             raise FaultSpecError(
-                f"{ENV_VAR} item {item!r} is not understood; use kill_after_insert:N, "
+                f"{SPEC_NAME} item {item!r} is not understood; use kill_after_insert:N, "
                 "kill_mid_insert:N, fail_inserts:N or fail_inserts:Ts, optionally with "
                 "@M on fail_inserts (e.g. fail_inserts:10s@2), comma-separated"
             )
         kind, amount, seconds, start = m["kind"], m["amount"], m["unit"] == "s", m["start"]
         if kind in seen:
-            raise FaultSpecError(f"{ENV_VAR} names {kind} twice in {spec!r}; give it once")
+            raise FaultSpecError(f"{SPEC_NAME} names {kind} twice in {spec!r}; give it once")
         seen.add(kind)
         if (seconds or start) and kind != "fail_inserts":
             raise FaultSpecError(
-                f"{ENV_VAR} item {item!r}: only fail_inserts takes seconds or @M; "
+                f"{SPEC_NAME} item {item!r}: only fail_inserts takes seconds or @M; "
                 f"{kind} takes a flush number, e.g. {kind}:3"
             )
         if not seconds and "." in amount:
-            raise FaultSpecError(f"{ENV_VAR} item {item!r}: a count must be a whole number")
+            raise FaultSpecError(f"{SPEC_NAME} item {item!r}: a count must be a whole number")
         if kind == "fail_inserts":
             if seconds:
                 plan.fail_seconds = float(amount)
@@ -221,14 +224,32 @@ def parse_faults(spec: str) -> FaultPlan | None:
         else:
             plan.kill_mid_insert = int(amount)
         if float(amount) <= 0 or plan.fail_from_flush < 1:
-            raise FaultSpecError(f"{ENV_VAR} item {item!r}: numbers must be >= 1 (or > 0 s)")
+            raise FaultSpecError(f"{SPEC_NAME} item {item!r}: numbers must be >= 1 (or > 0 s)")
     return plan if seen else None
 
 
-def from_env(environ: Mapping[str, str] | None = None) -> FaultPlan | None:
-    """The plan ``PRISM_FAULTS`` asks for, or ``None`` (inert) when it is unset or empty."""
-    env = os.environ if environ is None else environ
-    plan = parse_faults(env.get(ENV_VAR, ""))
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m prism.devstack.faults SPEC [worker options]``: a worker with these faults."""
+    from prism.pipeline.commands.worker import overrides, register
+    from prism.pipeline.settings import load_settings
+    from prism.pipeline.worker import WorkerHooks, run_worker
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args:
+        raise SystemExit("usage: python -m prism.devstack.faults SPEC [worker options]")
+    spec, worker_args = args[0], args[1:]
+    parser = argparse.ArgumentParser(prog="python -m prism.devstack.faults")
+    parser.add_argument("-v", "--verbose", action="store_true")
+    register(parser.add_subparsers())
+    options = parser.parse_args(["worker", *worker_args])
+    plan = parse_faults(spec)
+    hooks = WorkerHooks()
     if plan is not None:
-        log.warning("%s=%r is set: test-only fault injection is active", ENV_VAR, env[ENV_VAR])
-    return plan
+        log.warning("test-only fault injection is active: %s", spec)
+        hooks = WorkerHooks(insert_hook=plan.insert_hook, wrap_writer=plan.wrap)
+    level = logging.DEBUG if options.verbose else logging.INFO
+    return run_worker(load_settings(**overrides(options)), loglevel=level, hooks=hooks)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

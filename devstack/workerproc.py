@@ -102,9 +102,16 @@ class WorkerProcess:
     """A ``prism-pipeline worker`` subprocess with its log in ``log_path``."""
 
     def __init__(
-        self, env: Mapping[str, str], *, log_path: Path | None = None, args: tuple[str, ...] = ()
+        self,
+        env: Mapping[str, str],
+        *,
+        log_path: Path | None = None,
+        args: tuple[str, ...] = (),
+        faults: str = "",
     ) -> None:
+        """``faults`` (a ``prism.devstack.faults`` spec) starts the worker with those faults."""
         self.env = {**os.environ, **env}
+        self.faults = faults
         self.log_path = log_path or Path(self.env.get("PRISM_STATE_DIR", ".")) / "worker.log"
         self.args = args
         self.proc: subprocess.Popen[bytes] | None = None
@@ -113,7 +120,7 @@ class WorkerProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")  # noqa: SIM115  (owned by the child)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "pipeline.cli", "worker", *self.args],
+            self.command(),
             env=self.env,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -121,6 +128,11 @@ class WorkerProcess:
         )
         log.close()
         return self
+
+    def command(self) -> list[str]:
+        if self.faults:
+            return [sys.executable, "-m", "prism.devstack.faults", self.faults, *self.args]
+        return [sys.executable, "-m", "prism.pipeline.cli", "worker", *self.args]
 
     @property
     def running(self) -> bool:

@@ -33,7 +33,6 @@ from pathlib import Path
 
 __all__ = ["DevstackError", "LocalKafka", "free_port", "kafka_home"]
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 KAFKA_VERSION = "4.4.0"
 
 
@@ -43,7 +42,7 @@ class DevstackError(RuntimeError):
 
 def kafka_home() -> Path:
     """Folder holding the pom and the fetched ``lib/`` of broker jars."""
-    return Path(os.environ.get("PRISM_KAFKA_HOME", REPO_ROOT / "devstack" / "kafka"))
+    return Path(os.environ.get("PRISM_KAFKA_HOME", Path(__file__).resolve().parent / "kafka"))
 
 
 def free_port() -> int:

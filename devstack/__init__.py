@@ -1,0 +1,16 @@
+"""Development and test tooling: the local Kafka broker, worker subprocesses, the demo, faults.
+
+Nothing here runs in production. ``prism-pipeline devstack kafka up|down|status`` and
+``make demo`` / ``make test`` use it; the fault-injection suite drives workers through
+``workerproc`` and ``faults``.
+
+Example::
+
+    from prism.devstack import LocalKafka, free_port
+    broker = LocalKafka(state_dir=Path(".data/kafka"), port=free_port())
+    broker.up()
+"""
+
+from ._kafka import KAFKA_VERSION, DevstackError, LocalKafka, free_port, kafka_home
+
+__all__ = ["KAFKA_VERSION", "DevstackError", "LocalKafka", "free_port", "kafka_home"]
