@@ -43,7 +43,7 @@ demo: venv jars  ## set up and run the whole job on the embedded default, then p
 
 test: venv jars  ## set up, start a test broker, run unit + integration tests, stop the broker
 	@rm -rf $(TEST_KAFKA_DIR); \
-	port=$$($(BIN)/python -c 'from pipeline.devstack import free_port; print(free_port())'); \
+	port=$$($(BIN)/python -c 'from prism.devstack import free_port; print(free_port())'); \
 	$(BIN)/prism-pipeline devstack kafka up --port $$port --state-dir $(TEST_KAFKA_DIR) || exit 1; \
 	PRISM_TEST_KAFKA_BOOTSTRAP=127.0.0.1:$$port $(BIN)/pytest $(PYTEST_ARGS); rc=$$?; \
 	$(BIN)/prism-pipeline devstack kafka down --port $$port --state-dir $(TEST_KAFKA_DIR); \
