@@ -21,6 +21,8 @@ from typing import Any, Literal
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from .core import CoreConfig
+
 __all__ = ["Settings", "SettingsError", "Topics", "load_settings"]
 
 _TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
@@ -39,6 +41,7 @@ class Topics:
     quarantine: str
     runs_closed: str
     alerts: str
+    limit_deaths: str
 
     @classmethod
     def from_prefix(cls, prefix: str) -> Topics:
@@ -48,6 +51,7 @@ class Topics:
             quarantine=f"{prefix}.agent-events.quarantine",
             runs_closed=f"{prefix}.runs.closed",
             alerts=f"{prefix}.alerts",
+            limit_deaths=f"{prefix}.limit-deaths",
         )
 
 
@@ -82,6 +86,7 @@ class Settings(BaseSettings):
     stale_run_seconds: float = Field(default=3600.0, gt=0)
     tombstone_retention_seconds: float = Field(default=86400.0, gt=0)
     alert_window_seconds: float = Field(default=300.0, gt=0)
+    max_clock_skew_seconds: float = Field(default=300.0, ge=0, le=86400)
     alert_limit_deaths_threshold: int = Field(default=5, ge=1)
     alert_webhook_url: str | None = None
 
@@ -136,6 +141,18 @@ class Settings(BaseSettings):
     @property
     def topics(self) -> Topics:
         return Topics.from_prefix(self.topic_prefix)
+
+    def core_config(self, *, processing_grace: bool = True) -> CoreConfig:
+        """The run-semantics knobs (file replays pass ``processing_grace=False``)."""
+        return CoreConfig(
+            grace_period_s=self.grace_period_seconds,
+            stale_after_s=self.stale_run_seconds,
+            tombstone_retention_s=self.tombstone_retention_seconds,
+            alert_window_s=self.alert_window_seconds,
+            alert_threshold=self.alert_limit_deaths_threshold,
+            max_clock_skew_s=self.max_clock_skew_seconds,
+            processing_grace=processing_grace,
+        )
 
     def aiokafka_kwargs(self) -> dict[str, Any]:
         """Connection keyword arguments shared by aiokafka producers, consumers and admins."""

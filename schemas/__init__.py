@@ -7,7 +7,7 @@ Parse record values with ``parse_batch`` (one result per value, in order) or
 exception, a ``ValueError``) whose ``code`` is ``unparsable``, ``oversized`` or
 ``contract_violation`` and whose ``reason`` names the field path and the value:
 
-    >>> from schemas import ContractViolation, parse_batch
+    >>> from prism.schemas import ContractViolation, parse_batch
     >>> [r.code for r in parse_batch([b"{}", b"[]"]) if isinstance(r, ContractViolation)]
     ['contract_violation', 'unparsable']
 
@@ -77,7 +77,6 @@ from prism.schemas._json_schema import (
 )
 from prism.schemas._ledger import (
     AlertRow,
-    CacheMinuteRow,
     DeadLetterRow,
     LedgerBatch,
     QuarantineRow,
@@ -122,7 +121,6 @@ __all__ = [
     "BudgetExhaustedData",
     "Budgets",
     "CacheInfo",
-    "CacheMinuteRow",
     "ChildFailed",
     "ChildFailedData",
     "ChildMilestone",

@@ -29,6 +29,7 @@ from prism.sinks._errors import (
 )
 from prism.sinks._migrate import load_migrations, migrate, render_migrations
 from prism.sinks._queries import QueryResult, query, run_timeline
+from prism.sinks._state import StateTable
 from prism.sinks._tables import STORAGE_TABLES, VIEWS
 from prism.sinks._writer import INSERT_SETTINGS, FlushResult, InsertHook, LedgerWriter, SourceRange
 
@@ -49,6 +50,7 @@ __all__ = [
     "MigrationError",
     "QueryResult",
     "SourceRange",
+    "StateTable",
     "billing_report",
     "connect",
     "load_migrations",
