@@ -24,7 +24,7 @@ from ._alerts import (
     decode_alerter_input,
     watermark_record,
 )
-from ._classify import QUARANTINE_REASONS, Classified, classify
+from ._classify import QUARANTINE_REASONS, Classified, classify, seq_gaps
 from ._intake import (
     InRecord,
     Intake,
@@ -60,6 +60,7 @@ __all__ = [
     "death_record",
     "decode_alerter_input",
     "dlq_record",
+    "seq_gaps",
     "store_isolating",
     "watermark_record",
 ]

@@ -24,6 +24,7 @@ and a tenant reusing another's ``runId`` can neither take over nor bill into tha
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,7 +32,7 @@ from prism.schemas import is_terminal_agent_event_type
 
 from ._run import ENVELOPE_FIELDS
 
-__all__ = ["MAX_GAP_RANGES", "QUARANTINE_REASONS", "Classified", "classify"]
+__all__ = ["MAX_GAP_RANGES", "QUARANTINE_REASONS", "Classified", "classify", "seq_gaps"]
 
 TENANT_MISMATCH = "tenant_mismatch"
 DUPLICATE_SEQ = "duplicate_seq"
@@ -147,15 +148,21 @@ def _meta(
 
 
 def _gaps(out: Classified, holders: dict[int, str], top: int | None) -> None:
-    """Seqs below the terminal (or below the highest seq) that no event holds, as ranges."""
-    if not holders:
-        return
-    if top is None:
-        top = max(holders)
+    if holders:
+        out.missing, out.missing_count = seq_gaps(holders, max(holders) if top is None else top)
+
+
+def seq_gaps(seqs: Iterable[int], top: int) -> tuple[list[tuple[int, int]], int]:
+    """Seqs in ``0..top`` absent from ``seqs``: at most ``MAX_GAP_RANGES`` inclusive ranges,
+    and the count of every missing seq. Cost follows the seqs present, not their values.
+    """
+    ranges: list[tuple[int, int]] = []
+    count = 0
     expected = 0
-    for seq in sorted(s for s in holders if s <= top):
+    for seq in sorted(s for s in set(seqs) if s <= top):
         if seq > expected:
-            out.missing_count += seq - expected
-            if len(out.missing) < MAX_GAP_RANGES:
-                out.missing.append((expected, seq - 1))
+            count += seq - expected
+            if len(ranges) < MAX_GAP_RANGES:
+                ranges.append((expected, seq - 1))
         expected = seq + 1
+    return ranges, count

@@ -20,7 +20,7 @@ import orjson
 
 from prism.schemas import is_terminal_agent_event_type
 
-from ._alerts import alert_record, stale_alert
+from ._alerts import RULE_STALE, alert_record, stale_alert
 from ._classify import DUPLICATE_SEQ, TENANT_MISMATCH, classify
 from ._rows import (
     OWNER_FIELDS,
@@ -357,7 +357,7 @@ class Processor:
                     ts=from_us(min(term["ts"], self.clock.watermark_us)),
                 )
             )
-        if run.alerts.get("stale_run") == "firing":
+        if run.alerts.get(RULE_STALE) == "firing":
             self._stale_alert(run, out, "resolved")
         self._retire.append((self.clock.watermark_us, run.run_id))
         self._shrink.append((self.clock.watermark_us + self._grace_us, run.run_id))
@@ -428,7 +428,7 @@ class Processor:
         self._retire.append((self.clock.watermark_us, run.run_id))
         out.ledger.runs.append(run_row(run, view_of(run, classify(run.facts)), timeline=True))
         out.stats["incomplete"] += 1
-        if run.alerts.get("stale_run") != "firing":
+        if run.alerts.get(RULE_STALE) != "firing":
             self._stale_alert(run, out, "firing")
         self._dirty.add(run.run_id)
 
@@ -445,7 +445,7 @@ class Processor:
             self.config.stale_after_s,
             state,
         )
-        run.alerts["stale_run"] = state
+        run.alerts[RULE_STALE] = state
         out.ledger.alerts.append(row)
         out.alerts.append(alert_record(row))
 
