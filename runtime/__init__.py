@@ -1,6 +1,6 @@
 """What an agent runtime imports to report its runs: publishers and the per-run emitter.
 
-``EventPublisher`` sends contract events (CONTRACT.md) to Kafka without ever blocking or
+``EventPublisher`` sends contract events (schemas/CONTRACT.md) to Kafka without ever blocking or
 crashing the agent; ``InMemoryPublisher`` has the same interface for a runtime's own
 tests; ``RunEmitter`` (from ``publisher.run(...)``) fills ``seq``, ``eventId`` and ``ts``.
 The fleet simulator lives in ``runtime.simulator``.

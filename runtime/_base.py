@@ -1,6 +1,6 @@
 """What every publisher shares: turning an event into a checked record, and per-run emitters.
 
-An event is a wire envelope (a mapping with camelCase keys, CONTRACT.md) or a model from
+An event is a wire envelope (a mapping with camelCase keys, schemas/CONTRACT.md) or a model from
 ``schemas``. ``Publisher.prepare`` serialises it once with orjson, rejects it when it is
 over ``max_event_bytes`` (``EventTooLarge``) or breaks the contract (``InvalidEvent``,
 checked with ``schemas.parse_event`` on the very bytes that will be sent), and attaches the
@@ -93,7 +93,7 @@ def _to_wire(event: Any) -> Mapping[str, Any]:
         return event_to_wire(event)
     raise TypeError(
         f"cannot publish a {type(event).__name__}: pass the wire envelope as a dict "
-        "(camelCase keys, CONTRACT.md) or a schemas event model"
+        "(camelCase keys, schemas/CONTRACT.md) or a schemas event model"
     )
 
 
