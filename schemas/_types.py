@@ -147,24 +147,6 @@ Middleware = Annotated[str, StringConstraints(pattern=MIDDLEWARE_PATTERN)]
 """The id of the middleware that answered a deterministic turn."""
 
 
-def _check_cost(value: Decimal) -> Decimal:
-    """Rule 13 on a cost already converted to ``Decimal``: below 10^15, at most 12 decimals."""
-    if value >= MAX_COST:
-        raise PydanticCustomError(
-            "cost_too_large",
-            "cost should be below 10^15",
-            {"shown": format(value, "f") if value.adjusted() < 60 else str(value)},
-        )
-    exponent = value.normalize().as_tuple().exponent
-    if isinstance(exponent, int) and exponent < -COST_MAX_DECIMALS:
-        raise PydanticCustomError(
-            "cost_too_precise",
-            "cost should have at most 12 decimal places, not {places}",
-            {"places": -exponent, "shown": format(value, "f")},
-        )
-    return value
-
-
 class _CostType:
     """Annotation: a ``Decimal`` in [0, 10^15) with <= 12 decimals, from a string or a number."""
 
@@ -188,12 +170,17 @@ class _CostType:
                 "JSON number"
             ),
         )
+        # Every bound checks in pydantic-core: decimal_places counts the normalised value
+        # (trailing zeros aside), and a float counts by its shortest repr (0.1 has one).
+        bounded = core_schema.decimal_schema(
+            ge=Decimal(0),
+            lt=MAX_COST,
+            decimal_places=COST_MAX_DECIMALS,
+            allow_inf_nan=False,
+            strict=False,
+        )
         return core_schema.chain_schema(
-            [
-                accepted,
-                core_schema.decimal_schema(ge=Decimal(0), allow_inf_nan=False, strict=False),
-                core_schema.no_info_plain_validator_function(_check_cost),
-            ],
+            [accepted, bounded],
             serialization=core_schema.plain_serializer_function_ser_schema(
                 lambda d: format(d, "f"), when_used="json"
             ),
@@ -219,12 +206,24 @@ Cost = Annotated[Decimal, _CostType()]
 """A cost in [0, 10^15) with at most 12 decimals: a decimal string or a JSON number on the wire."""
 
 
+def _storable(value: Any) -> bool:
+    """Whether every integer in ``value`` is within +-(2^53-1) and every number finite."""
+    kind = type(value)
+    if kind is int:
+        return -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER
+    if kind is float:
+        return math.isfinite(value)
+    if kind is dict:
+        return all(_storable(item) for item in value.values())
+    if kind is list:
+        return all(_storable(item) for item in value)
+    return True
+
+
 def _find_unstorable(value: Any, path: str = "") -> tuple[str, Any] | None:
     """(path, value) of the first integer beyond +-(2^53-1) or non-finite number in ``value``."""
-    if type(value) is int:
-        return None if -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER else (path, value)
-    if type(value) is float:
-        return None if math.isfinite(value) else (path, value)
+    if type(value) in (int, float):
+        return None if _storable(value) else (path, value)
     items: Any = ()
     if type(value) is dict:
         items = ((f"{path}.{k}" if path else str(k), v) for k, v in value.items())
@@ -238,6 +237,8 @@ def _find_unstorable(value: Any, path: str = "") -> tuple[str, Any] | None:
 
 
 def _check_json_object(value: dict[str, Any]) -> dict[str, Any]:
+    if _storable(value):  # the common case: no path strings built
+        return value
     found = _find_unstorable(value)
     if found is not None:
         where, bad = found
@@ -313,16 +314,6 @@ class Utf8MaxBytes:
         }
 
 
-def _check_ts_range(value: datetime) -> datetime:
-    if not TS_MIN <= value < TS_MAX:
-        raise PydanticCustomError(
-            "timestamp_out_of_range",
-            "should be within [1970-01-01T00:00:00Z, 2200-01-01T00:00:00Z)",
-            {"shown": value.isoformat()},
-        )
-    return value
-
-
 class _Rfc3339:
     """Annotation: an aware ``datetime`` in [1970, 2200); on the wire RFC 3339 with an offset."""
 
@@ -331,21 +322,19 @@ class _Rfc3339:
     def __get_pydantic_core_schema__(
         self, source: Any, handler: GetCoreSchemaHandler
     ) -> core_schema.CoreSchema:
+        # The range checks in pydantic-core, on the instant (offsets taken into account).
+        bounds: dict[str, Any] = {"tz_constraint": "aware", "ge": TS_MIN, "lt": TS_MAX}
         from_text = core_schema.chain_schema(
             [
                 core_schema.str_schema(pattern=RFC3339_PATTERN, strict=True),
-                core_schema.datetime_schema(tz_constraint="aware", strict=False),
+                core_schema.datetime_schema(strict=False, **bounds),
             ]
         )
-        parsed = core_schema.json_or_python_schema(
+        return core_schema.json_or_python_schema(
             json_schema=from_text,
             python_schema=core_schema.union_schema(
-                [core_schema.datetime_schema(tz_constraint="aware", strict=True), from_text]
+                [core_schema.datetime_schema(strict=True, **bounds), from_text]
             ),
-        )
-        return core_schema.no_info_after_validator_function(
-            _check_ts_range,
-            parsed,
             serialization=core_schema.plain_serializer_function_ser_schema(
                 datetime.isoformat, when_used="json"
             ),
