@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
 import re
 from collections import defaultdict
 from datetime import datetime, timedelta
@@ -23,6 +24,7 @@ from prism.runtime.simulator import (
 )
 from prism.runtime.simulator._builder import format_ts
 from prism.runtime.simulator._hostile import SKEW_BASE_MS
+from prism.runtime.simulator._manifest import compute_manifest
 from prism.schemas import EVENT_JSON_SCHEMA_PATH, ContractViolation, parse_batch
 
 TERMINALS = {"agent_finished", "agent_denied", "error"}
@@ -199,3 +201,51 @@ def test_guardrail_denials_are_counted_by_pack_and_rule() -> None:
 def test_bad_knobs_are_rejected_with_the_value(kwargs: dict[str, Any], needle: str) -> None:
     with pytest.raises(SimulatorConfigError, match=re.escape(needle)):
         FleetConfig(**kwargs)
+
+
+ALL_KNOBS = dict(
+    duplicates=0.03,
+    reorder_window=3,
+    post_terminal=0.05,
+    conflicting_terminals=0.05,
+    malformed=0.03,
+    oversized=0.01,
+    hostile=0.05,
+    guardrail_denials=0.1,
+    limit_death_burst=5,
+    channel_operations=150,
+)
+
+
+@pytest.mark.parametrize(
+    "knobs",
+    [{name: value} for name, value in ALL_KNOBS.items() if name in (
+        "hostile", "guardrail_denials", "limit_death_burst", "channel_operations")] + [ALL_KNOBS],
+    ids=lambda k: "all" if len(k) > 1 else next(iter(k)),
+)  # fmt: skip
+def test_each_knob_is_deterministic_per_seed_and_emits_only_valid_events(
+    knobs: dict[str, Any],
+) -> None:
+    config = FleetConfig(runs=120, seed=31, **knobs)
+    fleet, again = simulate(config), simulate(config)
+    assert [(r.key, r.value, r.note) for r in again.records] == [
+        (r.key, r.value, r.note) for r in fleet.records
+    ]
+    assert again.manifest == fleet.manifest
+    schema = json.loads(EVENT_JSON_SCHEMA_PATH.read_text(encoding="utf-8"))
+    validator = Draft202012Validator(schema, format_checker=Draft202012Validator.FORMAT_CHECKER)
+    special = [ev for ev in fleet.events if ev["type"] == "guardrail_denied"]
+    for ev in special + fleet.events[::40]:
+        assert list(validator.iter_errors(ev)) == [], ev["eventId"]
+
+
+def test_the_manifest_is_a_function_of_the_set_of_records() -> None:
+    fleet = simulate(FleetConfig(runs=220, seed=9, **ALL_KNOBS))
+    shuffled = list(fleet.records)
+    random.Random(1).shuffle(shuffled)
+    again = compute_manifest(shuffled, fleet.config, fleet.manifest["injected"])
+    assert again == fleet.manifest
+    m = fleet.manifest
+    assert all(m["quarantine"].values())  # every rule had something to judge
+    assert m["channels"]["quarantine"]["illegal_transition"] > 0
+    assert m["alerts"]["run_limit_exhaustion"] and m["guardrails"]["denials"] > 0
