@@ -114,8 +114,8 @@ def run_explorer(database: str | None = None) -> dashboard_models.Dashboard:
                 f"""
                 SELECT run_id, status, terminal_type, terminal_seq, stop_reason, finish_reason,
                        error_code, failure_class, denied_reason, abort_reason, started_at,
-                       finished_at, event_count, max_seq, missing_count, missing_ranges, usage_mismatch,
-                       cache_hit_rate, parent_run_id, bundle_digest
+                       finished_at, event_count, max_seq, missing_count, missing_ranges,
+                       usage_mismatch, clock_skew, cache_hit_rate, parent_run_id, bundle_digest
                 FROM runs
                 WHERE {RUN}
                 """

@@ -15,7 +15,7 @@ Manifest (a JSON-ready dict; rules in ``_manifest``, ``_truth``, ``_billing``,
 - ``params``: seed, runs, knobs, stale_after_seconds, max_event_bytes, start, clock,
   processing_clock (the pipeline clock the truth assumes), max_clock_skew_seconds,
   partitions, alert_window_seconds, alert_threshold, channel_stuck_seconds
-- ``watermark``: the latest ``ts`` of any valid record, capped at processing_clock + skew
+- ``watermark``: the latest ``ts`` of any valid record not stamped beyond processing_clock + skew
 - ``counts``: records, valid_records, duplicates (same eventId again), unique_events,
   applied_events, quarantined_events; ``runs_by_status``
 - ``runs[run_id]``: tenant_id (the owner), account_id, user_id, provider, model,

@@ -121,9 +121,12 @@ def _simulate(config: FleetConfig) -> Fleet:
     if config.channel_operations:
         # Channel traffic ends at the agent events' watermark, so it never moves it.
         agent = [rec for recs in per_run for rec in recs]
-        latest = max(ts_ms(rec.event) for rec in agent if rec.kind == "valid" and rec.event)
-        skew_ms = int(config.max_clock_skew_seconds * 1000)
-        watermark = min(latest, processing_clock_ms(agent, config) + skew_ms)
+        limit = processing_clock_ms(agent, config) + int(config.max_clock_skew_seconds * 1000)
+        watermark = max(
+            t
+            for rec in agent
+            if rec.kind == "valid" and rec.event and (t := ts_ms(rec.event)) <= limit
+        )
         runs_by_tenant: dict[str, list[tuple[str, str]]] = {}
         for g in gens:
             first = g.b.events[0][1]

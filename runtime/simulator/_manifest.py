@@ -75,8 +75,11 @@ def compute_manifest(
 
     clock_ms = processing_clock_ms(records, config)
     limit_ms = clock_ms + int(config.max_clock_skew_seconds * 1000)
-    latest = max((ts_ms(ev) for evs in (*runs.values(), channel) for ev in evs), default=None)
-    watermark = None if latest is None else min(latest, limit_ms)
+    # An event stamped beyond the clock plus the skew moves no watermark at all (rule 14).
+    watermark = max(
+        (t for evs in (*runs.values(), channel) for ev in evs if (t := ts_ms(ev)) <= limit_ms),
+        default=None,
+    )
     stale_before = (watermark or 0) - int(config.stale_after_seconds * 1000)
 
     quarantined: dict[str, str] = {}
