@@ -75,14 +75,16 @@ class IngestSummary:
 def iter_lines(stream: BinaryIO, max_bytes: int = MAX_EVENT_BYTES) -> Iterator[bytes]:
     """Lines without their newline, blank ones included (they keep line numbers right).
 
-    A line longer than ``max_bytes`` is cut to ``max_bytes + 1`` bytes (still oversized,
-    so it is dead-lettered as such) and the rest is skipped unread into memory.
+    An oversized line is dead-lettered whole, like an oversized Kafka record, up to a hard
+    cap of 16 times ``max_bytes`` (at least 64 MiB): past that it is cut there (still
+    oversized) and the rest is skipped without being held in memory.
     """
+    cap = max(16 * max_bytes, 64 << 20)
     while True:
-        line = stream.readline(max_bytes + 1)
+        line = stream.readline(cap)
         if not line:
             return
-        if len(line) > max_bytes and not line.endswith(b"\n"):
+        if len(line) >= cap and not line.endswith(b"\n"):
             while True:  # skip the rest of an oversized line
                 rest = stream.readline(1 << 20)
                 if not rest or rest.endswith(b"\n"):

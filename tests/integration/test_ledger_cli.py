@@ -51,7 +51,7 @@ def test_migrate_query_and_billing_commands(tmp_path: Path) -> None:
 
     first = _cli("migrate", env=env)
     assert first.returncode == 0, first.stderr
-    assert first.stdout.strip() == "prism: applied 0001_storage, 0002_views"
+    assert first.stdout.strip() == "prism: applied 0001_storage, 0002_views, 0003_retractions"
     again = _cli("migrate", "--clickhouse", dsn, env=env)
     assert again.stdout.strip() == "prism: up to date"
 
