@@ -18,6 +18,9 @@ order the worker calls ``LedgerWriter.flush()`` (a retried flush counts again).
   ``ConnectionError`` (nothing is inserted) for N insert calls, or for T seconds from the
   first failing call. ``@M`` (``fail_inserts:10s@3``) starts failing at flush M.
 
+- ``refuse_event:ID``: the ledger refuses, as a permanent error, every flush holding a row
+  of the event ``ID`` (a poison record: the worker must isolate it and carry on).
+
 Each fault writes one ``prism-fault: ...`` line to stderr when it fires (failures: the
 first one and the recovery), so a test can check the fault hit where it should.
 
@@ -56,6 +59,7 @@ log = logging.getLogger("prism.faults")
 SPEC_NAME = "fault spec"
 MARKER = "prism-fault:"
 
+_REFUSE_RE = re.compile(r"^refuse_event:(?P<event_id>[^,\s]{1,128})$")
 _ITEM_RE = re.compile(
     r"^(?P<kind>kill_after_insert|kill_mid_insert|fail_inserts)"
     r":(?P<amount>\d+(?:\.\d+)?)(?P<unit>s?)(?:@(?P<start>\d+))?$"
@@ -87,6 +91,7 @@ class FaultPlan:
     fail_calls: int | None = None
     fail_seconds: float | None = None
     fail_from_flush: int = 1
+    refuse_event: str | None = None
     kill: Callable[[], None] = _kill_self
     clock: Callable[[], float] = time.monotonic
     flushes: int = field(default=0, init=False)
@@ -169,11 +174,28 @@ class FaultyWriter:
     def __init__(self, writer: Any, plan: FaultPlan) -> None:
         self._writer = writer
         self._plan = plan
+        self._poisoned = False
 
     def add(self, batch: Any, *sources: Any) -> None:
+        poison = self._plan.refuse_event
+        if poison is not None and any(
+            getattr(row, "event_id", None) == poison
+            for rows in (batch.events, batch.usage)
+            for row in rows
+        ):
+            self._poisoned = True
         self._writer.add(batch, *sources)
 
     def flush(self) -> Any:
+        if self._poisoned:
+            from prism.sinks import LedgerWriteError
+
+            self._poisoned = False
+            _say(f"refuse_event: a flush holds a row of {self._plan.refuse_event}; refused")
+            raise LedgerWriteError(
+                f"injected permanent refusal of event {self._plan.refuse_event} (refuse_event)",
+                table="run_events_store", rows=0, attempts=1, transient=False,
+            )  # fmt: skip
         self._plan.flush_started()
         result = self._writer.flush()
         self._plan.flush_finished(result)
@@ -195,12 +217,19 @@ def parse_faults(spec: str) -> FaultPlan | None:
     for item in (part.strip() for part in spec.split(",")):
         if not item:
             continue
+        refuse = _REFUSE_RE.match(item)
+        if refuse is not None:
+            if "refuse_event" in seen:
+                raise FaultSpecError(f"{SPEC_NAME} names refuse_event twice in {spec!r}")
+            seen.add("refuse_event")
+            plan.refuse_event = refuse["event_id"]
+            continue
         m = _ITEM_RE.match(item)
         if m is None:
             raise FaultSpecError(
                 f"{SPEC_NAME} item {item!r} is not understood; use kill_after_insert:N, "
                 "kill_mid_insert:N, fail_inserts:N or fail_inserts:Ts, optionally with "
-                "@M on fail_inserts (e.g. fail_inserts:10s@2), comma-separated"
+                "@M on fail_inserts (e.g. fail_inserts:10s@2), or refuse_event:ID, comma-separated"
             )
         kind, amount, seconds, start = m["kind"], m["amount"], m["unit"] == "s", m["start"]
         if kind in seen:
