@@ -178,16 +178,13 @@ def _limit_death(g: RunGen, axis: str, terminal: bool) -> None:
 
 def delegate(g: RunGen) -> None:
     """Hand work to a child run; report its milestone or failure back on the parent."""
-    from ._runs import RunGen
-
     child_plan = g.plan.child
     assert child_plan is not None
     rng, b = g.rng, g.b
     delegation_id = "dlg_" + hex_id(rng)
     child_id = rng.choice(("researcher", "summarizer", "verifier", "coder"))
     b.advance(10, 80)
-    child = RunGen(
-        rng,
+    child = g.spawn(
         child_plan,
         b.now,
         parent={"runId": g.run_id, "delegationId": delegation_id, "childId": child_id},

@@ -107,6 +107,10 @@ class RunGen:
 
     # ---- generation -------------------------------------------------------------------
 
+    def spawn(self, plan: RunPlan, now: int, *, parent: dict[str, str]) -> RunGen:
+        """A child run generator sharing this run's random stream (delegations)."""
+        return RunGen(self.rng, plan, now, parent=parent)
+
     def generate(self) -> list[RunGen]:
         """Emit the whole run; return it followed by the child runs it delegated to."""
         self.b.emit("agent_started", {"limits": self.limits, "idempotencyKey": hex_id(self.rng)})
