@@ -204,6 +204,7 @@ class ReportPanel:
     stacked: bool = False
     bars: bool = False  # a time series drawn as bars
     field_units: tuple[tuple[str, str], ...] = ()
+    width: int = 12  # of 24 grid columns, as in Grafana
 
 
 def report_panels(database: str | None = None) -> list[ReportPanel]:
@@ -236,6 +237,7 @@ def report_panels(database: str | None = None) -> list[ReportPanel]:
                 stacked=custom.get("stacking", {}).get("mode", "none") != "none",
                 bars=custom.get("drawStyle") == "bars",
                 field_units=units,
+                width=int(panel.get("gridPos", {}).get("w", 12)),
             )
         )
     return out

@@ -43,6 +43,7 @@ COMMAND_MODULES = [
     "prism.pipeline.commands.migrate",
     "prism.pipeline.commands.query",
     "prism.pipeline.commands.billing",
+    "prism.pipeline.commands.report",
     "prism.pipeline.commands.dashboards",
     "prism.pipeline.commands.simulate",
     "prism.pipeline.commands.tail",
