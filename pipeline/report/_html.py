@@ -21,6 +21,7 @@ __all__ = ["PageMeta", "render_page"]
 
 _MAX_LEGEND = 16
 _MAX_CELL = 120
+_MAX_ROWS = 25  # table rows shown; the SQL under the panel lists them all
 
 _CSS = """
 :root { --fg: #1f2328; --muted: #59636e; --line: #d1d9e0; --bg: #f6f8fa; }
@@ -131,14 +132,18 @@ def _body(result: PanelResult, meta: PageMeta) -> tuple[str, int]:
     units = dict(p.field_units)
     head = "".join(f"<th>{escape(c)}</th>" for c in result.columns)
     lines = []
-    for row in result.rows:
+    for row in result.rows[:_MAX_ROWS]:
         cells = [_cell(v, units.get(c, p.unit)) for c, v in zip(result.columns, row, strict=True)]
         lines.append(
             '<tr class="mark">'
             + "".join(f'<td class="num">{t}</td>' if n else f"<td>{t}</td>" for t, n in cells)
             + "</tr>"
         )
-    table = f'<div class="scroll"><table><tr>{head}</tr>{"".join(lines)}</table></div>'
+    more = len(result.rows) - _MAX_ROWS
+    note = (
+        f'<p class="desc">and {more} more rows (the SQL below lists them)</p>' if more > 0 else ""
+    )
+    table = f'<div class="scroll"><table><tr>{head}</tr>{"".join(lines)}</table></div>{note}'
     return table, len(result.rows)
 
 

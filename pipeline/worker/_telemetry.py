@@ -95,6 +95,15 @@ def trace_context_of(traceparents: Iterable[str | None]) -> tuple[Any, list[Link
     return parent, links
 
 
+def _seconds(value: float) -> str:
+    """A duration for a log line: 2.3s, 12.5min, 1.8h."""
+    if abs(value) < 60:
+        return f"{value:.1f}s"
+    if abs(value) < 3600:
+        return f"{value / 60:.1f}min"
+    return f"{value / 3600:.1f}h"
+
+
 class _Reservoir:
     """A uniform sample of recent values, for percentiles in the stats file."""
 
@@ -241,7 +250,7 @@ class WorkerTelemetry:
         recent = sorted(self._recent_fresh)
         p99 = "-"
         if recent:
-            p99 = f"{recent[min(len(recent) - 1, int(0.99 * len(recent)))] / 1000:.1f}s"
+            p99 = _seconds(recent[min(len(recent) - 1, int(0.99 * len(recent)))] / 1000)
         return (
             f"status: consumed {events:,} events ({rate:,.0f}/s), lag {sum(self.lag.values()):,}, "
             f"freshness p99 {p99}, DLQ {self._by_reason(self._rejected('dlq'))}, "
@@ -264,7 +273,7 @@ class WorkerTelemetry:
         """What the worker did since it started, for the line it logs when it stops."""
         fresh = self.freshness.summary()
         freshness = (
-            f"freshness p50 {fresh['p50'] / 1000:.1f}s p99 {fresh['p99'] / 1000:.1f}s"
+            f"freshness p50 {_seconds(fresh['p50'] / 1000)} p99 {_seconds(fresh['p99'] / 1000)}"
             if fresh.get("count")
             else "freshness -"
         )
