@@ -53,17 +53,19 @@ def _port_from_env() -> int | None:
     return int(raw)
 
 
-def choose_port(state_dir: Path, requested: int | None) -> tuple[int, str]:
-    """The broker port and why: asked for, the running broker's, 9092, or a free one."""
+def choose_port(
+    state_dir: Path, requested: int | None, default: int = DEFAULT_PORT
+) -> tuple[int, str]:
+    """The broker port and why: asked for, the running broker's, ``default``, or a free one."""
     if requested is not None:
         return requested, f"{PORT_VARIABLE}/--kafka-port"
     broker = LocalKafka(state_dir=state_dir)
     running = broker.configured_port() if broker.pid() is not None else None
     if running is not None:
         return running, "the demo broker already running"
-    if not _port_in_use(DEFAULT_PORT):
-        return DEFAULT_PORT, "the default"
-    return free_port(), f"a free port: {DEFAULT_PORT} is taken (set {PORT_VARIABLE} to choose)"
+    if not _port_in_use(default):
+        return default, "the default"
+    return free_port(), f"a free port: {default} is taken (set {PORT_VARIABLE} to choose)"
 
 
 def _chdb_path(dsn: str) -> Path | None:
