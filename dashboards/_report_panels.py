@@ -155,7 +155,8 @@ def _borrow(source: Builder, title: str, width: int) -> dashboard_models.Panel:
             panel, dashboard_models.RowPanel
         ):
             borrowed = copy.deepcopy(panel)
-            borrowed.grid_pos = dashboard_models.GridPos(h=panel.grid_pos.h, w=width, x=0, y=0)
+            height = panel.grid_pos.h if panel.grid_pos else 8
+            borrowed.grid_pos = dashboard_models.GridPos(h=height, w=width, x=0, y=0)
             return borrowed
     raise DashboardError(
         f"the report borrows panel {title!r} from dashboard {model.uid!r}, which has no "

@@ -88,7 +88,9 @@ def _same(field_name: str, got: Any, want: Any) -> bool:
 def _runs(rows: Rows, db: str, manifest: dict[str, Any]) -> list[Check]:
     expected = manifest["runs"]
     want_status = Counter(r["status"] for r in expected.values())
-    got_status = dict(rows(f"SELECT status, count() FROM {db}.runs GROUP BY status"))
+    got_status: dict[Any, Any] = dict(
+        rows(f"SELECT status, count() FROM {db}.runs GROUP BY status")
+    )
     checks = [_diff("runs by status", "statuses", dict(want_status), got_status)]
     columns = ", ".join(_RUN_FIELDS)
     ledger = {r[0]: dict(zip(_RUN_FIELDS, r[1:], strict=True))
@@ -156,8 +158,8 @@ def _usage(rows: Rows, db: str, manifest: dict[str, Any]) -> list[Check]:
 
 
 def _rejects(rows: Rows, db: str, manifest: dict[str, Any]) -> list[Check]:
-    dlq = dict(rows(f"SELECT code, count() FROM {db}.dead_letters GROUP BY code"))
-    quarantine = dict(
+    dlq: dict[Any, Any] = dict(rows(f"SELECT code, count() FROM {db}.dead_letters GROUP BY code"))
+    quarantine: dict[Any, Any] = dict(
         rows(f"SELECT reason, uniqExact(event_id) FROM {db}.quarantine GROUP BY reason")
     )
     counts = manifest.get("counts", {})

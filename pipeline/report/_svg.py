@@ -220,12 +220,12 @@ def bars_svg(
     plot_w = width - label_w - _PAD_R - 48
     body = []
     for k in range(5):
-        v = top * k / 4
+        tick = top * k / 4
         gx = label_w + plot_w * k / 4
         body.append(
             f'<line x1="{gx:.1f}" x2="{gx:.1f}" y1="{_PAD_T}" y2="{height - _PAD_B}" '
             f'class="grid"/><text x="{gx:.1f}" y="{height - _PAD_B + 16}" '
-            f'text-anchor="middle">{escape(format_value(v, unit))}</text>'
+            f'text-anchor="middle">{escape(format_value(tick, unit))}</text>'
         )
     for row, name in enumerate(names):
         y0 = _PAD_T + row * band
