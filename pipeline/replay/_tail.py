@@ -21,7 +21,7 @@ from aiokafka.partitioner import murmur2
 
 from prism.schemas import ContractViolation
 
-from ..retry import retry_transient
+from ..retry import DEFAULT_DEADLINE, retry_transient
 from ..settings import Settings
 from ._errors import TopicNotFound
 from ._events import ReplayEvent, event_from_record
@@ -75,20 +75,25 @@ async def topic_partitions(settings: Settings, topic: str) -> list[int]:
 class _Consumer(AIOKafkaConsumer):
     """A group-less consumer whose ``start`` retries transient broker errors up to a deadline."""
 
-    def __init__(self, bootstrap: str, **kwargs: Any) -> None:
+    def __init__(self, bootstrap: str, deadline: float, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._bootstrap = bootstrap
+        self._deadline = deadline
 
     async def start(self) -> None:
         # A failed start leaves no fetcher behind, so the same consumer can start again.
         await retry_transient(
-            super().start, what="starting a Kafka consumer", bootstrap=self._bootstrap
+            super().start,
+            what="starting a Kafka consumer",
+            bootstrap=self._bootstrap,
+            deadline=self._deadline,
         )
 
 
-def _consumer(settings: Settings) -> AIOKafkaConsumer:
+def _consumer(settings: Settings, deadline: float = DEFAULT_DEADLINE) -> AIOKafkaConsumer:
     return _Consumer(
         settings.kafka_bootstrap_servers,
+        deadline,
         group_id=None,
         enable_auto_commit=False,
         auto_offset_reset="earliest",

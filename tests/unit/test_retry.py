@@ -94,10 +94,36 @@ def test_which_errors_count_as_transient() -> None:
     assert not is_transient(ValueError("bug"))
 
 
-async def test_ensure_topics_against_no_broker_fails_in_one_line_after_its_deadline() -> None:
+def _closed_port() -> int:
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+        return int(s.getsockname()[1])
+
+
+async def test_ensure_topics_against_no_broker_fails_in_one_line_after_its_deadline() -> None:
+    port = _closed_port()
     settings = load_settings(kafka_bootstrap_servers=f"127.0.0.1:{port}")
     with pytest.raises(BrokerUnavailable, match=f"creating the pipeline's topics: .*:{port}"):
         await ensure_topics(settings, deadline=1.0)
+
+
+async def test_a_replay_consumer_start_against_no_broker_fails_in_one_line() -> None:
+    from prism.pipeline.replay._tail import _consumer
+
+    port = _closed_port()
+    consumer = _consumer(load_settings(kafka_bootstrap_servers=f"127.0.0.1:{port}"), deadline=1.0)
+    try:
+        with pytest.raises(BrokerUnavailable, match=f"starting a Kafka consumer: .*:{port}"):
+            await consumer.start()
+    finally:
+        await consumer.stop()
+
+
+def test_the_drain_check_against_no_broker_fails_in_one_line() -> None:
+    from prism.devstack.workerproc import committed_lag
+
+    port = _closed_port()
+    with pytest.raises(BrokerUnavailable) as info:
+        committed_lag(f"127.0.0.1:{port}", "g", "t.agent-events", deadline=1.0)
+    assert str(info.value).startswith("reading the lag of consumer group 'g' on t.agent-events")
+    assert "\n" not in str(info.value)
