@@ -22,8 +22,20 @@ from typing import Any
 __all__ = ["Check", "compare", "render", "unread_sections"]
 
 # Manifest sections read here, and those that only describe the fleet (nothing to compare).
-_READ = {"runs", "tenants", "by_model", "dlq", "quarantine", "counts", "alerts"}
-_DESCRIPTIVE = {"version", "params", "watermark"}
+_READ = {
+    "runs",
+    "runs_by_status",
+    "tenants",
+    "by_model",
+    "estimates",
+    "dlq",
+    "quarantine",
+    "quarantined_events",
+    "counts",
+    "guardrails",
+    "alerts",
+}
+_DESCRIPTIVE = {"version", "params", "watermark", "injected"}
 _TOKENS = (
     "input_tokens",
     "output_tokens",
@@ -31,11 +43,11 @@ _TOKENS = (
     "cache_read_tokens",
     "cache_write_tokens",
 )
+# Manifest run fields compared with the ``runs`` column of the same name, when it has one.
 _RUN_FIELDS = (
-    "tenant_id", "provider", "model", "parent_run_id", "status", "terminal_type", "stop_reason",
-    "failure_class", "model_turns", "deterministic_turns", "exhaustion_limit", "exhaustion_axis",
-    "exhaustion_maximum", "exhaustion_observed", "missing_seqs", "usage_mismatch",
-    "cache_hit_rate",
+    "tenant_id", "account_id", "user_id", "provider", "model", "parent_run_id", "status",
+    "terminal_type", "stop_reason", "failure_class", "model_turns", "deterministic_turns",
+    "cache_hit_rate", "usage_mismatch", "clock_skew", "guardrail_denials",
 )  # fmt: skip
 _MAX_LISTED = 8
 
@@ -67,17 +79,40 @@ def _diff(name: str, unit: str, want: dict[Any, Any], got: dict[Any, Any]) -> Ch
     return Check(name, len(keys), unit, problems)
 
 
-def _run_values(e: dict[str, Any]) -> dict[str, Any]:
+def _ranges(seqs: Sequence[int]) -> list[tuple[int, int]]:
+    """Seqs as inclusive (first, last) ranges, as the ledger stores gaps."""
+    out: list[tuple[int, int]] = []
+    for seq in sorted(seqs):
+        if out and out[-1][1] == seq - 1:
+            out[-1] = (out[-1][0], seq)
+        else:
+            out.append((seq, seq))
+    return out
+
+
+def _run_values(e: dict[str, Any], columns: set[str]) -> dict[str, Any]:
+    """The manifest's facts about one run, named as the ledger's ``runs`` columns."""
+    out = {k: e[k] for k in _RUN_FIELDS if k in e and k in columns}
     exh = e.get("exhaustion") or {}
-    out = {k: e.get(k) for k in _RUN_FIELDS if k in e}
     for k in ("limit", "axis", "maximum", "observed"):
-        out[f"exhaustion_{k}"] = exh.get(k)
+        if f"exhaustion_{k}" in columns:
+            out[f"exhaustion_{k}"] = exh.get(k)
+    missing = e.get("missing_seqs")
+    if missing is not None:
+        if "missing_ranges" in columns:
+            out["missing_ranges"] = _ranges(missing)
+        if "missing_count" in columns:
+            out["missing_count"] = len(missing)
+        if "missing_seqs" in columns:
+            out["missing_seqs"] = list(missing)
     return out
 
 
 def _same(field_name: str, got: Any, want: Any) -> bool:
-    if field_name == "missing_seqs":
-        return list(got or []) == list(want or [])
+    if field_name in ("missing_ranges", "missing_seqs"):
+        return [tuple(r) if isinstance(r, list | tuple) else r for r in got or []] == [
+            tuple(r) if isinstance(r, list | tuple) else r for r in want or []
+        ]
     if field_name in ("cache_hit_rate", "exhaustion_maximum", "exhaustion_observed"):
         if got is None or want is None:
             return got is want
@@ -87,25 +122,37 @@ def _same(field_name: str, got: Any, want: Any) -> bool:
 
 def _runs(rows: Rows, db: str, manifest: dict[str, Any]) -> list[Check]:
     expected = manifest["runs"]
-    want_status = Counter(r["status"] for r in expected.values())
+    want_status = manifest.get("runs_by_status") or Counter(r["status"] for r in expected.values())
     got_status: dict[Any, Any] = dict(
         rows(f"SELECT status, count() FROM {db}.runs GROUP BY status")
     )
     checks = [_diff("runs by status", "statuses", dict(want_status), got_status)]
-    columns = ", ".join(_RUN_FIELDS)
-    ledger = {r[0]: dict(zip(_RUN_FIELDS, r[1:], strict=True))
-              for r in rows(f"SELECT run_id, {columns} FROM {db}.runs")}  # fmt: skip
+    columns = {
+        str(r[0])
+        for r in rows(f"SELECT name FROM system.columns WHERE database = '{db}' AND table = 'runs'")
+    }
+    sample = next(iter(expected.values()), {})
+    fields = sorted(_run_values(sample, columns)) if sample else []
+    ledger = {
+        r[0]: dict(zip(fields, r[1:], strict=True))
+        for r in rows(f"SELECT run_id{''.join(', ' + f for f in fields)} FROM {db}.runs")
+    }
     problems = [
         f"run {run_id}: {'missing from the ledger' if run_id in expected else 'not in the fleet'}"
         for run_id in sorted(set(expected) ^ set(ledger))
     ]
     compared = 0
     for run_id in sorted(set(expected) & set(ledger)):
-        for name, want in _run_values(expected[run_id]).items():
+        for name, want in _run_values(expected[run_id], columns).items():
             compared += 1
-            if not _same(name, ledger[run_id][name], want):
-                problems.append(f"run {run_id}: {name} = {ledger[run_id][name]!r}, want {want!r}")
-    checks.append(Check("run records", compared, f"fields of {len(expected):,} runs", problems))
+            if not _same(name, ledger[run_id].get(name), want):
+                problems.append(
+                    f"run {run_id}: {name} = {ledger[run_id].get(name)!r}, want {want!r}"
+                )
+    note = f"{len(fields)} fields: {', '.join(fields)}"
+    checks.append(
+        Check("run records", compared, f"facts of {len(expected):,} runs", problems, note)
+    )
     return checks
 
 
@@ -150,14 +197,66 @@ def _usage(rows: Rows, db: str, manifest: dict[str, Any]) -> list[Check]:
         )
         if n
     }
-    return [
+    checks = [
         _diff("billable usage", "token sums and row counts", want_tokens, got_tokens),
         _diff("reported cost", "tenant/currency sums", want_cost, got_cost),
         _diff("estimates by confidence", "tenant/confidence token sums", want_est, got_est),
     ]
+    fleet = (manifest.get("estimates") or {}).get("by_confidence")
+    if fleet:
+        want_fleet = {
+            (conf, k): int(v) for conf, figures in fleet.items() for k, v in figures.items() if v
+        }
+        got_fleet: dict[Any, Any] = {}
+        for r in rows(
+            f"SELECT ifNull(confidence, 'low'), count(), sum(ifNull(input_tokens, 0)), "
+            f"sum(ifNull(output_tokens, 0)), sum(ifNull(total_tokens, 0)) "
+            f"FROM {db}.billing_usage WHERE estimated AND NOT superseded GROUP BY 1"
+        ):
+            names = ("rows", "input_tokens", "output_tokens", "total_tokens")
+            for k, v in zip(names, r[1:], strict=True):
+                if v:
+                    got_fleet[(r[0], k)] = int(v)
+        checks.append(
+            _diff("estimates, fleet-wide", "confidence/figure sums", want_fleet, got_fleet)
+        )
+    return checks
 
 
-def _rejects(rows: Rows, db: str, manifest: dict[str, Any]) -> list[Check]:
+def _quarantined_events(
+    rows: Rows, db: str, want_ids: dict[str, str], events: Sequence[dict[str, Any]]
+) -> Check:
+    """Quarantined events by (run, seq, reason); which event id holds a seq is only noted.
+
+    Of two events claiming one seq the core keeps the first to arrive and the manifest the
+    smallest event id, so the same (run, seq) may be quarantined under the other id.
+    """
+    got_ids: dict[Any, Any] = dict(
+        rows(f"SELECT event_id, any(reason) FROM {db}.quarantine GROUP BY event_id")
+    )
+    if not events:
+        return _diff("quarantined events", "event ids and reasons", want_ids, got_ids)
+    where = {ev["eventId"]: (ev["runId"], int(ev["seq"])) for ev in events}
+    want = Counter((*where[e], reason) for e, reason in want_ids.items() if e in where)
+    got = Counter(
+        {
+            (run, int(seq), reason): int(n)
+            for run, seq, reason, n in rows(
+                f"SELECT run_id, seq, reason, uniqExact(event_id) FROM {db}.quarantine "
+                "GROUP BY 1, 2, 3"
+            )
+        }
+    )
+    check = _diff("quarantined events", "run/seq/reason triples", dict(want), dict(got))
+    other = sum(1 for e in set(want_ids) ^ set(got_ids))
+    if other:
+        check.note = f"{other} event ids differ: the same seqs, held by the other claimant"
+    return check
+
+
+def _rejects(
+    rows: Rows, db: str, manifest: dict[str, Any], events: Sequence[dict[str, Any]]
+) -> list[Check]:
     dlq: dict[Any, Any] = dict(rows(f"SELECT code, count() FROM {db}.dead_letters GROUP BY code"))
     quarantine: dict[Any, Any] = dict(
         rows(f"SELECT reason, uniqExact(event_id) FROM {db}.quarantine GROUP BY reason")
@@ -172,43 +271,75 @@ def _rejects(rows: Rows, db: str, manifest: dict[str, Any]) -> list[Check]:
         checks.append(
             _diff("events applied", "total", {"events": counts["applied_events"]}, {"events": got})
         )
+    if "quarantined_events" in manifest:
+        checks.append(_quarantined_events(rows, db, manifest["quarantined_events"], events))
+    guardrails = manifest.get("guardrails")
+    if guardrails:
+        want_g = {("rule", k): v for k, v in guardrails.get("by_rule", {}).items()}
+        want_g.update({("stage", k): v for k, v in guardrails.get("by_stage", {}).items()})
+        got_g: dict[Any, Any] = {}
+        for rule, stage, n in rows(
+            f"SELECT JSONExtractString(payload, 'rule'), JSONExtractString(payload, 'stage'), "
+            f"count() FROM {db}.run_events WHERE type = 'guardrail_denied' GROUP BY 1, 2"
+        ):
+            got_g[("rule", rule)] = got_g.get(("rule", rule), 0) + n
+            got_g[("stage", stage)] = got_g.get(("stage", stage), 0) + n
+        checks.append(_diff("guardrail denials", "rule/stage counts", want_g, got_g))
     return checks
 
 
-_ALERT_COLUMNS = ("alert_id", "rule", "state", "tenant_id", "key", "window_start", "window_end")
-
-
 def _alerts(rows: Rows, db: str, manifest: dict[str, Any]) -> list[Check]:
+    """Exhaustion firings by (tenant, axis) and stale-run alerts by run, against the ledger."""
     expected = manifest.get("alerts")
-    if expected is None:
+    if not isinstance(expected, dict):
         fired = rows(f"SELECT count() FROM {db}.alerts WHERE state = 'firing'")[0][0]
         note = f"the manifest lists no alerts; the ledger has {fired} firing (not compared)"
         return [Check("alerts", 0, "alerts", note=note)]
-    items = expected if isinstance(expected, list) else expected.get("expected", [])
-    if not items or not all(isinstance(a, dict) for a in items):
-        return [Check("alerts", 0, "alerts", note="the manifest's alerts have an unknown shape")]
-    keys = [k for k in _ALERT_COLUMNS if all(k in a for a in items)]
-    rules = sorted({str(a["rule"]) for a in items if "rule" in a})
-    where = f"WHERE rule IN ({', '.join(repr(r) for r in rules)})" if rules else ""
-    want = Counter(tuple(str(a[k]) for k in keys) for a in items)
-    got = Counter(
-        tuple(str(v) for v in r) for r in rows(f"SELECT {', '.join(keys)} FROM {db}.alerts {where}")
-    )
-    check = _diff("alerts", f"alerts ({', '.join(keys)})", dict(want), dict(got))
-    check.note = f"rules {', '.join(rules) or 'all'}"
-    return [check]
+    checks = []
+    firings = expected.get("run_limit_exhaustion")
+    if isinstance(firings, list):
+        want = Counter((a["tenant_id"], a["key"]) for a in firings)
+        got = Counter(
+            (t, k)
+            for t, k in rows(
+                f"SELECT tenant_id, key FROM {db}.alerts "
+                "WHERE rule = 'run_limit_exhaustion' AND state = 'firing'"
+            )
+        )
+        check = _diff("exhaustion alerts", "firings by tenant/axis", dict(want), dict(got))
+        check.note = f"{sum(want.values())} expected"
+        checks.append(check)
+    stale = expected.get("stale_run")
+    if isinstance(stale, list):
+        got_stale = {
+            r[0]: 1
+            for r in rows(
+                f"SELECT DISTINCT key FROM {db}.alerts WHERE rule = 'stale_run' "
+                "AND state = 'firing'"
+            )
+        }
+        checks.append(_diff("stale-run alerts", "runs", dict.fromkeys(stale, 1), got_stale))
+    return checks
 
 
-def compare(client: Any, database: str, manifest: dict[str, Any]) -> list[Check]:
-    """Every check the manifest allows, in the order the demo prints them."""
+def compare(
+    client: Any,
+    database: str,
+    manifest: dict[str, Any],
+    events: Sequence[dict[str, Any]] = (),
+) -> list[Check]:
+    """Every check the manifest allows, in the order the demo prints them.
+
+    ``events`` (the fleet's valid envelopes) place quarantined event ids at their run and
+    seq; without them quarantined events are compared by id.
+    """
 
     def rows(sql: str) -> list[tuple[Any, ...]]:
         return [tuple(r) for r in client.query(sql).result_rows]
 
-    out: list[Check] = []
-    for part in (_runs, _usage, _rejects, _alerts):
-        out += part(rows, database, manifest)
-    return out
+    out = _runs(rows, database, manifest) + _usage(rows, database, manifest)
+    out += _rejects(rows, database, manifest, events)
+    return out + _alerts(rows, database, manifest)
 
 
 def unread_sections(manifest: dict[str, Any]) -> list[str]:

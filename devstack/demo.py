@@ -214,7 +214,7 @@ def _run(args: argparse.Namespace) -> int:
     client = sinks.connect(settings.clickhouse_dsn, db)
     print(f"[4/6] the ledger {settings.clickhouse_dsn}, database {db}")
     print(text_report(client, db))
-    checks = compare(client, db, fleet.manifest)
+    checks = compare(client, db, fleet.manifest, fleet.events)
     ok = all(c.ok for c in checks)
     print(
         "\nGround truth: "

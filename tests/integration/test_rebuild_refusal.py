@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from prism.pipeline._store import LedgerStore
 from prism.pipeline.cli import main
 from prism.pipeline.ingest import ingest_lines
 from prism.pipeline.replay import RebuildRefused, rebuild
@@ -31,7 +32,7 @@ async def test_the_refusal_counts_runs_not_storage_rows(ch_client: Any, ch_datab
     ingest_lines(
         (r.value for r in fleet.records),
         source="file:f.jsonl",
-        sink=LedgerWriter(ch_client, ch_database),
+        store=LedgerStore(LedgerWriter(ch_client, ch_database)),
     )
     # A second version of every run: the store now holds twice as many rows as runs.
     ch_client.command(

@@ -9,6 +9,7 @@ screenshot are checked; the screenshot stays next to the page for a human to loo
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -18,6 +19,7 @@ from typing import Any
 import pytest
 
 from prism.dashboards import report_panels
+from prism.pipeline._store import LedgerStore
 from prism.pipeline.cli import main
 from prism.pipeline.ingest import ingest_lines
 from prism.pipeline.report import build_report
@@ -27,6 +29,7 @@ from tests.fixtures.browser import decode_png, ensure_chromium, render_page
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
+EARLY, LATE = timedelta(hours=1), timedelta(hours=3, minutes=15)
 FLEET = FleetConfig(
     runs=400,
     seed=11,
@@ -36,6 +39,7 @@ FLEET = FleetConfig(
     conflicting_terminals=0.03,
     malformed=0.03,
     oversized=0.01,
+    limit_death_burst=8,
 )
 
 
@@ -55,15 +59,16 @@ def ledger(ch_client: Any) -> Iterator[str]:
         migrate(ch_client, database, raw_event_ttl_days=3650)
         fleet = simulate(FLEET)
         start = FLEET.resolved_start
-        for i, received in enumerate((timedelta(hours=1), timedelta(hours=3, minutes=15))):
-            half = fleet.records[i::2]  # arriving in two waves spreads the receive times
-            ingest_lines(
-                (r.value for r in half),
-                source=f"file:wave{i}.jsonl",
-                sink=LedgerWriter(ch_client, database),
-                received_at=start + received,
-                max_event_bytes=FLEET.max_event_bytes,
-            )
+        # Batches arrive in two waves an hour apart, so receive times spread like a worker's.
+        calls = itertools.count()
+        ingest_lines(
+            (r.value for r in fleet.records),
+            source="file:fleet.jsonl",
+            store=LedgerStore(LedgerWriter(ch_client, database)),
+            clock=lambda: (start + (EARLY if next(calls) < 3 else LATE)).timestamp(),
+            batch_size=500,
+            max_event_bytes=FLEET.max_event_bytes,
+        )
         yield database
     finally:
         ch_client.command(f"DROP DATABASE IF EXISTS {database} SYNC")
