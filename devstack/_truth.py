@@ -131,7 +131,7 @@ def _runs(rows: Rows, db: str, manifest: dict[str, Any]) -> list[Check]:
         str(r[0])
         for r in rows(f"SELECT name FROM system.columns WHERE database = '{db}' AND table = 'runs'")
     }
-    sample = next(iter(expected.values()), {})
+    sample: dict[str, Any] = next(iter(expected.values()), {})
     fields = sorted(_run_values(sample, columns)) if sample else []
     ledger = {
         r[0]: dict(zip(fields, r[1:], strict=True))
