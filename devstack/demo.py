@@ -18,6 +18,7 @@ import argparse
 import asyncio
 import dataclasses
 import json
+import logging
 import os
 import shutil
 import sys
@@ -110,7 +111,7 @@ def _refusal(dsn: str, db: str) -> str:
 
 
 def fleet_config(runs: int, seed: int, burst: int) -> Any:
-    """The demo's chaotic fleet on the wall clock; the limit-death burst when supported."""
+    """The demo's chaotic fleet on the wall clock, with the knobs this simulator offers."""
     from prism.runtime.simulator import FleetConfig
 
     knobs: dict[str, Any] = {
@@ -123,10 +124,11 @@ def fleet_config(runs: int, seed: int, burst: int) -> Any:
         "conflicting_terminals": 0.01,
         "malformed": 0.005,
         "oversized": 0.001,
+        "guardrail_denials": 0.02,
+        "limit_death_burst": burst,
     }
-    if burst and "limit_death_burst" in {f.name for f in dataclasses.fields(FleetConfig)}:
-        knobs["limit_death_burst"] = burst
-    return FleetConfig(**knobs)
+    offered = {f.name for f in dataclasses.fields(FleetConfig)}
+    return FleetConfig(**{k: v for k, v in knobs.items() if k in offered})
 
 
 class _Drain:
@@ -154,6 +156,8 @@ class _Drain:
 
 def _run(args: argparse.Namespace) -> int:
     started = time.monotonic()
+    # The client retries what a busy broker answers (NotLeaderForPartition, ...) by itself.
+    logging.getLogger("aiokafka").setLevel(logging.ERROR)
     port, why = choose_port(args.kafka_state_dir, args.kafka_port)
     broker = LocalKafka(state_dir=args.kafka_state_dir, port=port)
     print(f"[1/6] Kafka on {broker.bootstrap} ({why}; state in {args.kafka_state_dir})")
@@ -175,8 +179,8 @@ def _run(args: argparse.Namespace) -> int:
     burst = getattr(config, "limit_death_burst", 0)
     print(
         f"[2/6] simulating {args.runs:,} runs (seed {args.seed}: duplicates, reordering, junk, "
-        "post-terminal noise"
-        + (f", a burst of {burst} limit deaths)" if burst else "; no limit-death burst knob)")
+        "post-terminal noise, guardrail denials"
+        + (f", a burst of {burst} limit deaths)" if burst else "; no limit-death burst)")
     )
     fleet = simulate(config)
     write_manifest(fleet, DEMO_DIR / "manifest.json")
@@ -199,6 +203,13 @@ def _run(args: argparse.Namespace) -> int:
                 timeout=600,
                 settle=4.0,
                 on_progress=drain,
+            )
+            # The alerter reads limit deaths from its own topic: let it catch up too.
+            worker.wait_drained(
+                f"{settings.topic_prefix}.limit-deaths",
+                settings.consumer_group,
+                timeout=120,
+                settle=2.0,
             )
     finally:
         drain.close()
