@@ -214,16 +214,12 @@ class LocalKafka:
         if major < 17:
             raise DevstackError(f"Kafka {KAFKA_VERSION} needs Java >= 17, found Java {major}.")
         cport = self.controller_port or free_port()
-        if _port_in_use(self.port):
-            raise DevstackError(
-                f"port {self.port} on 127.0.0.1 is already in use by another program; "
-                f"free it or choose another port ({PORT_VARIABLE}=19092 make demo, or "
-                "--port 19092)"
-            )
-        if _port_in_use(cport):
-            raise DevstackError(
-                f"controller port {cport} on 127.0.0.1 is already in use; free it or retry"
-            )
+        for p, what in ((self.port, "port"), (cport, "controller port")):
+            if _port_in_use(p):
+                raise DevstackError(
+                    f"{what} {p} on 127.0.0.1 is already in use by another program; free it "
+                    f"or choose another port ({PORT_VARIABLE}=19092 make demo, or --port 19092)"
+                )
         lib = self.ensure_jars()
         self.state_dir.mkdir(parents=True, exist_ok=True)
         data = self.state_dir / "data"
