@@ -1,52 +1,84 @@
 # The two commands of the README are `make demo` and `make test`; CI calls `make test`.
 # Everything installs from scratch: the venv, the Python packages, the Kafka jars.
+#
+# Variables (all optional):
+#   PYTHON=path          interpreter for .venv (default: the first of python3.13, python3.12,
+#                        python3.11, python3 on PATH that is Python >= 3.11)
+#   PRISM_KAFKA_PORT=N   port of the demo broker (default 9092, or a free port when 9092 is taken)
+#   PYTEST_ARGS='...'    extra pytest arguments for `make test` / `make test-unit`
 
-PYTHON ?= python3.11
+ifeq ($(origin PYTHON),undefined)
+PYTHON := $(shell for p in python3.13 python3.12 python3.11 python3; do \
+	"$$p" -c 'import sys; sys.exit(sys.version_info < (3, 11))' >/dev/null 2>&1 \
+	&& { echo "$$p"; break; }; done)
+endif
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 KAFKA_JARS := devstack/kafka/lib/kafka_2.13-4.4.0.jar
 TEST_KAFKA_DIR := .data/test-kafka
 DEMO_KAFKA_DIR := .data/kafka
-DEMO_KAFKA_PORT ?= 9092
 PYTEST_ARGS ?=
+# The broker port is passed on only when set, so the tools' own default (9092 or a free port) applies.
+KAFKA_PORT_ARG = $(if $(PRISM_KAFKA_PORT),--port $(PRISM_KAFKA_PORT))
 
-.PHONY: help venv jars demo test test-unit test-integration lint fmt bench clean kafka-up kafka-down
+.PHONY: help venv jars browser python demo test test-unit test-integration lint fmt bench clean kafka-up kafka-down
 
-help:  ## list targets
+help:  ## list targets (variables: PYTHON=..., PRISM_KAFKA_PORT=..., PYTEST_ARGS=...)
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
 
+python:  ## print the Python interpreter .venv is built with, or why none fits
+	@$(if $(PYTHON),,echo "error: no Python >= 3.11 found (tried python3.13, python3.12, python3.11, python3); install one or pass PYTHON=/path/to/python3.11+" >&2; exit 1)
+	@"$(PYTHON)" -c 'import sys; sys.exit(sys.version_info < (3, 11))' >/dev/null 2>&1 \
+	|| { echo "error: PYTHON=$(PYTHON) is not a Python >= 3.11 interpreter; pass PYTHON=/path/to/python3.11+" >&2; exit 1; }
+	@echo "$(PYTHON)"
+
+# pip's editable build prints an informational setuptools notice; nothing else is hidden.
 $(STAMP): pyproject.toml
-	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; Python >= 3.11 is required" >&2; exit 1; }
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	@$(MAKE) -s python >/dev/null
+	@echo "creating $(VENV) with $(PYTHON) and installing the project (once)"
+	@"$(PYTHON)" -m venv $(VENV)
+	@$(BIN)/pip install -q --disable-pip-version-check --upgrade pip
+	@PYTHONWARNINGS="ignore:Editable installation:UserWarning" \
+	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev]'
 	@touch $(STAMP)
 
 venv: $(STAMP)  ## create .venv and install the project with dev tools
 
+# Maven's console library prints colour resets even in batch mode: keep its output in a log
+# and show it only when the fetch fails.
 $(KAFKA_JARS): devstack/kafka/pom.xml
 	@command -v mvn >/dev/null || { echo "error: Maven (mvn) is required once to fetch the Kafka jars" >&2; exit 1; }
-	mvn -q -B -f devstack/kafka/pom.xml package
+	@mkdir -p .data
+	@echo "fetching the Apache Kafka 4.4.0 broker jars from Maven Central (once)"
+	@mvn -q -B -ntp -Dstyle.color=never -f devstack/kafka/pom.xml package >.data/mvn.log 2>&1 \
+	|| { tail -n 40 .data/mvn.log >&2; echo "error: Maven could not fetch the Kafka jars (log: .data/mvn.log)" >&2; exit 1; }
 	@touch $(KAFKA_JARS)
 
 jars: $(KAFKA_JARS)  ## fetch the Apache Kafka broker jars (once)
 
-kafka-up: venv jars  ## start the local broker for the demo (127.0.0.1:$(DEMO_KAFKA_PORT))
-	$(BIN)/prism-pipeline devstack kafka up --port $(DEMO_KAFKA_PORT) --state-dir $(DEMO_KAFKA_DIR)
+browser:  ## install Debian's chromium for the HTML report test, when absent (needs root)
+	@mkdir -p .data; command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \
+	echo "installing chromium (headless browser for the HTML report test)"; \
+	{ apt-get install -y -q chromium >.data/apt.log 2>&1 \
+	  || { apt-get update -q >>.data/apt.log 2>&1 && apt-get install -y -q chromium >>.data/apt.log 2>&1; }; } \
+	|| { tail -n 20 .data/apt.log >&2; echo "error: could not install chromium (apt-get install -y chromium, as root); the report test needs it (log: .data/apt.log)" >&2; exit 1; }; }
+
+kafka-up: venv jars  ## start the local broker for the demo (port: PRISM_KAFKA_PORT, default 9092)
+	@$(BIN)/prism-pipeline devstack kafka up $(KAFKA_PORT_ARG) --state-dir $(DEMO_KAFKA_DIR)
 
 kafka-down: venv  ## stop the demo broker
-	$(BIN)/prism-pipeline devstack kafka down --port $(DEMO_KAFKA_PORT) --state-dir $(DEMO_KAFKA_DIR)
+	@$(BIN)/prism-pipeline devstack kafka down --state-dir $(DEMO_KAFKA_DIR)
 
-demo: venv jars  ## set up and run the whole job on the embedded default, then print a report
-	$(BIN)/python -m prism.devstack.demo --kafka-port $(DEMO_KAFKA_PORT) --kafka-state-dir $(DEMO_KAFKA_DIR)
+demo: venv jars  ## run the whole job into the default ledger, check it, write the HTML report (broker port: PRISM_KAFKA_PORT, default 9092 or a free one)
+	@$(BIN)/python -m prism.devstack.demo $(if $(PRISM_KAFKA_PORT),--kafka-port $(PRISM_KAFKA_PORT)) --kafka-state-dir $(DEMO_KAFKA_DIR)
 
-test: venv jars  ## set up, start a test broker, run unit + integration tests, stop the broker
+test: venv jars browser  ## set up, start a test broker on a free port, run unit + integration tests
 	@rm -rf $(TEST_KAFKA_DIR); \
 	port=$$($(BIN)/python -c 'from prism.devstack import free_port; print(free_port())'); \
 	$(BIN)/prism-pipeline devstack kafka up --port $$port --state-dir $(TEST_KAFKA_DIR) || exit 1; \
 	PRISM_TEST_KAFKA_BOOTSTRAP=127.0.0.1:$$port $(BIN)/pytest $(PYTEST_ARGS); rc=$$?; \
-	$(BIN)/prism-pipeline devstack kafka down --port $$port --state-dir $(TEST_KAFKA_DIR); \
+	$(BIN)/prism-pipeline devstack kafka down --state-dir $(TEST_KAFKA_DIR); \
 	exit $$rc
 
 test-unit: venv  ## unit tests only (no services)
@@ -69,5 +101,5 @@ fmt: venv  ## apply ruff fixes and formatting
 bench: venv jars  ## run the benchmarks (bench/) and print figures and ratios
 	$(BIN)/python -m bench
 
-clean:  ## remove local state (ledger, broker data) but keep the venv and jars
+clean:  ## remove local state (ledger, broker data, report) but keep the venv and jars
 	rm -rf .data .bench

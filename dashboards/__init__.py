@@ -1,6 +1,7 @@
 """Grafana dashboards and alert rules as code (grafana-foundation-sdk 11.6), tested offline.
 
-Four dashboards (SRE overview, cost and usage, cache efficiency, run explorer) query the
+Five dashboards (SRE overview, cost and usage, cache efficiency, run explorer, and the
+report, which ``prism-pipeline report`` also draws as an HTML page) query the
 ledger views through the ``grafana-clickhouse-datasource`` plugin, each with a
 ``datasource`` variable and a ``tenant`` filter. ``build_all`` writes the dashboard JSON and
 the provisioning files docker-compose mounts into Grafana; ``expand_query`` replays what
@@ -55,6 +56,12 @@ from prism.dashboards._provisioning import (
     default_out_dir,
     provider_file,
 )
+from prism.dashboards._report_panels import (
+    REPORT_UID,
+    ReportPanel,
+    report_dashboard,
+    report_panels,
+)
 from prism.dashboards._sre import sre_overview
 
 __all__ = [
@@ -67,6 +74,7 @@ __all__ = [
     "DASHBOARD_PATH",
     "DATASOURCE_UID",
     "PLUGIN_ID",
+    "REPORT_UID",
     "WEBHOOK_URL_ENV",
     "AlertThresholds",
     "ClickHouseQuery",
@@ -75,6 +83,7 @@ __all__ = [
     "LintError",
     "MacroError",
     "QueryFormat",
+    "ReportPanel",
     "TimeRange",
     "Variable",
     "alert_rules",
@@ -96,6 +105,8 @@ __all__ = [
     "provider_file",
     "register_clickhouse_variant",
     "replace_variables",
+    "report_dashboard",
+    "report_panels",
     "run_explorer",
     "sre_overview",
 ]

@@ -11,6 +11,20 @@ Example::
     broker.up()
 """
 
-from ._kafka import KAFKA_VERSION, DevstackError, LocalKafka, free_port, kafka_home
+from ._kafka import (
+    KAFKA_VERSION,
+    PORT_VARIABLE,
+    DevstackError,
+    LocalKafka,
+    free_port,
+    kafka_home,
+)
 
-__all__ = ["KAFKA_VERSION", "DevstackError", "LocalKafka", "free_port", "kafka_home"]
+__all__ = [
+    "KAFKA_VERSION",
+    "PORT_VARIABLE",
+    "DevstackError",
+    "LocalKafka",
+    "free_port",
+    "kafka_home",
+]

@@ -13,12 +13,15 @@ Example::
     broker.bootstrap   # "127.0.0.1:9092"
     broker.down()
 
-Errors are ``DevstackError`` with what went wrong and what to do.
+Errors are ``DevstackError`` with what went wrong and what to do. ``up`` refuses a state
+directory whose broker is alive on another port (two JVMs on one KRaft metadata log corrupt
+it) and a port something else holds, each in one line.
 """
 
 from __future__ import annotations
 
 import base64
+import fcntl
 import os
 import re
 import shutil
@@ -31,9 +34,11 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["DevstackError", "LocalKafka", "free_port", "kafka_home"]
+__all__ = ["PORT_VARIABLE", "DevstackError", "LocalKafka", "free_port", "kafka_home"]
 
 KAFKA_VERSION = "4.4.0"
+# The one variable that picks the local broker's port (make demo, make kafka-up, devstack).
+PORT_VARIABLE = "PRISM_KAFKA_PORT"
 
 
 class DevstackError(RuntimeError):
@@ -143,6 +148,7 @@ class LocalKafka:
 
     # -- lifecycle ----------------------------------------------------------------------
     def pid(self) -> int | None:
+        """The pid of this state directory's broker while it runs, else None."""
         try:
             pid = int(self._pid_file.read_text().strip())
         except (OSError, ValueError):
@@ -153,16 +159,52 @@ class LocalKafka:
             return None
         except PermissionError:
             pass
+        if _is_zombie(pid) or not _is_broker_of(pid, self.state_dir):
+            return None  # a stale pid file, or the pid now belongs to another process
         return pid
 
+    def configured_port(self) -> int | None:
+        """The listener port written in this state directory's ``server.properties``."""
+        try:
+            text = (self.state_dir / "server.properties").read_text()
+        except OSError:
+            return None
+        m = re.search(r"^listeners=PLAINTEXT://[^:]+:(\d+)", text, re.MULTILINE)
+        return int(m.group(1)) if m else None
+
+    def data_locked(self) -> bool:
+        """Whether a running broker holds the lock of this state directory's data (any pid)."""
+        lock = self.state_dir / "data" / ".lock"
+        if not lock.exists():
+            return False
+        try:
+            with open(lock, "rb+") as f:
+                try:
+                    fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError:
+                    return True
+                fcntl.lockf(f, fcntl.LOCK_UN)
+                return False
+        except OSError:
+            return False
+
     def status(self) -> str:
+        """``stopped``, ``running on 127.0.0.1:PORT (pid N)`` or ``starting (pid N)``."""
         pid = self.pid()
         if pid is None:
             return "stopped"
-        return "running" if _metadata_request_ok(self.port) else f"starting (pid {pid})"
+        port = self.configured_port() or self.port
+        if _metadata_request_ok(port):
+            return f"running on 127.0.0.1:{port} (pid {pid})"
+        return f"starting (pid {pid})"
 
     def up(self, timeout: float = 90.0) -> None:
-        """Format storage (first time), start the broker and wait until it serves metadata."""
+        """Format storage (first time), start the broker and wait until it serves metadata.
+
+        A broker of this state directory that already runs on ``port`` is reused; one that
+        runs on another port is refused (a second JVM would corrupt its metadata log).
+        """
+        self._refuse_running_broker()
         if self.pid() is not None and _metadata_request_ok(self.port):
             return
         java = shutil.which(self.java) or self.java
@@ -172,11 +214,11 @@ class LocalKafka:
         if major < 17:
             raise DevstackError(f"Kafka {KAFKA_VERSION} needs Java >= 17, found Java {major}.")
         cport = self.controller_port or free_port()
-        for p in (self.port, cport):
+        for p, what in ((self.port, "port"), (cport, "controller port")):
             if _port_in_use(p):
                 raise DevstackError(
-                    f"port {p} on 127.0.0.1 is already in use; stop what holds it or "
-                    "choose another port (--port / PRISM_KAFKA_PORT)."
+                    f"{what} {p} on 127.0.0.1 is already in use by another program; free it "
+                    f"or choose another port ({PORT_VARIABLE}=19092 make demo, or --port 19092)"
                 )
         lib = self.ensure_jars()
         self.state_dir.mkdir(parents=True, exist_ok=True)
@@ -233,6 +275,25 @@ class LocalKafka:
             f"the broker did not answer metadata requests on {self.bootstrap} within "
             f"{timeout:.0f}s; see {self.log_file}:\n{self._log_tail()}"
         )
+
+    def _refuse_running_broker(self) -> None:
+        pid = self.pid()
+        running_port = self.configured_port()
+        if pid is not None:
+            if running_port == self.port:
+                return  # the same broker: up() reuses it once it answers
+            raise DevstackError(
+                f"a broker from {self.state_dir} already runs (pid {pid}, port {running_port}); "
+                f"a second one on port {self.port} would corrupt its metadata log. Use port "
+                f"{running_port}, stop it first (prism-pipeline devstack kafka down "
+                f"--state-dir {self.state_dir}), or choose another --state-dir"
+            )
+        if self.data_locked():
+            raise DevstackError(
+                f"the data of {self.state_dir} is locked by a running broker that has no pid "
+                f"file (port {running_port}); stop that process before starting another "
+                "broker on this state directory, or choose another --state-dir"
+            )
 
     def down(self, timeout: float = 30.0) -> None:
         """Stop the broker: SIGTERM for a clean shutdown, SIGKILL if it does not exit."""
@@ -311,6 +372,27 @@ class LocalKafka:
             return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-n:])
         except OSError:
             return "(no log)"
+
+
+def _is_broker_of(pid: int, state_dir: Path) -> bool:
+    """Whether ``pid`` is a Kafka JVM started with this state directory's config."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = f.read().split(b"\0")
+    except OSError:
+        return True  # no /proc to ask: trust the pid file
+    if b"kafka.Kafka" not in argv:
+        return False
+    try:
+        cwd = Path(os.readlink(f"/proc/{pid}/cwd"))
+    except OSError:
+        cwd = Path.cwd()
+    mine = (state_dir / "server.properties").resolve()
+    return any(
+        (cwd / os.fsdecode(arg)).resolve() == mine
+        for arg in argv
+        if arg.endswith(b"server.properties")
+    )
 
 
 def _is_zombie(pid: int) -> bool:

@@ -20,9 +20,11 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
+
+from prism.pipeline.retry import DEFAULT_DEADLINE, retry_transient
 
 __all__ = ["WorkerProcess", "committed_lag", "group_members", "wait_members"]
 
@@ -34,9 +36,9 @@ async def _lag(bootstrap: str, group: str, topic: str) -> tuple[int, int]:
 
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
-    await admin.start()
-    await consumer.start()
     try:
+        await admin.start()
+        await consumer.start()
         described = await admin.describe_topics([topic])
         parts = [
             p["partition"]
@@ -64,8 +66,8 @@ async def _members(bootstrap: str, group: str) -> int:
     from aiokafka.admin import AIOKafkaAdminClient
 
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
     try:
+        await admin.start()
         responses = await admin.describe_consumer_groups([group])
         groups = [g for r in responses for g in r.to_object()["groups"]]
         return sum(len(g["members"]) for g in groups if g["state"] == "Stable")
@@ -73,9 +75,16 @@ async def _members(bootstrap: str, group: str) -> int:
         await admin.close()
 
 
-def group_members(bootstrap: str, group: str) -> int:
+def group_members(bootstrap: str, group: str, *, deadline: float = DEFAULT_DEADLINE) -> int:
     """Members of a consumer group that has settled (state Stable), else 0."""
-    return asyncio.run(_members(bootstrap, group))
+    return asyncio.run(
+        retry_transient(
+            lambda: _members(bootstrap, group),
+            what=f"describing consumer group {group!r}",
+            bootstrap=bootstrap,
+            deadline=deadline,
+        )
+    )
 
 
 def wait_members(bootstrap: str, group: str, n: int, timeout: float = 120.0) -> None:
@@ -93,9 +102,22 @@ def wait_members(bootstrap: str, group: str, n: int, timeout: float = 120.0) -> 
     raise TimeoutError(f"consumer group {group!r} has {seen} stable members, not {n}")
 
 
-def committed_lag(bootstrap: str, group: str, topic: str) -> tuple[int, int]:
-    """Synchronous ``(lag, end offsets total)`` of a consumer group on a topic."""
-    return asyncio.run(_lag(bootstrap, group, topic))
+def committed_lag(
+    bootstrap: str, group: str, topic: str, *, deadline: float = DEFAULT_DEADLINE
+) -> tuple[int, int]:
+    """Synchronous ``(lag, end offsets total)`` of a consumer group on a topic.
+
+    Transient broker errors are retried up to ``deadline`` seconds (``BrokerUnavailable``
+    after that).
+    """
+    return asyncio.run(
+        retry_transient(
+            lambda: _lag(bootstrap, group, topic),
+            what=f"reading the lag of consumer group {group!r} on {topic}",
+            bootstrap=bootstrap,
+            deadline=deadline,
+        )
+    )
 
 
 class WorkerProcess:
@@ -146,21 +168,27 @@ class WorkerProcess:
         timeout: float = 180.0,
         settle: float = 2.0,
         min_records: int = 1,
+        on_progress: Callable[[int, int], None] | None = None,
     ) -> float:
-        """Wait until ``group`` committed every record of ``topic``; return seconds waited."""
+        """Wait until ``group`` committed every record of ``topic``; return seconds waited.
+
+        ``on_progress(lag, total)`` is called after every poll (e.g. to draw a progress bar).
+        Transient broker errors are retried within ``timeout``; then ``BrokerUnavailable``.
+        """
         bootstrap = self.env.get("PRISM_KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")
         start = time.monotonic()
         drained_since: float | None = None
+        lag = -1
         while time.monotonic() - start < timeout:
             if not self.running:
                 raise RuntimeError(
                     f"the worker exited with {self.proc and self.proc.returncode}; "
                     f"see {self.log_path}:\n{self.tail_log()}"
                 )
-            try:
-                lag, total = committed_lag(bootstrap, group, topic)
-            except Exception:  # the group may not exist yet
-                lag, total = 1, 0
+            left = max(1.0, timeout - (time.monotonic() - start))
+            lag, total = committed_lag(bootstrap, group, topic, deadline=left)
+            if on_progress is not None:
+                on_progress(lag, total)
             if lag == 0 and total >= min_records:
                 drained_since = drained_since or time.monotonic()
                 if time.monotonic() - drained_since >= settle:

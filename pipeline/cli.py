@@ -2,8 +2,10 @@
 
 Each module in ``pipeline/commands/`` exposes ``register(subparsers)`` which adds its
 sub-command(s) and sets ``func`` (a callable taking the parsed ``argparse.Namespace`` and
-returning an exit code). The packages' own errors (settings, ledger, replay, contract...)
-print one line instead of a traceback.
+returning an exit code). An error prints one line (``-v`` shows the traceback) and exits
+with ``EXIT_USAGE`` (2, as argparse does) when the command line or the configuration is
+wrong, or ``EXIT_FAILURE`` (1) when the command failed while running (broker, ledger,
+files). Ctrl-C exits 130.
 """
 
 from __future__ import annotations
@@ -14,7 +16,23 @@ import logging
 import sys
 from collections.abc import Sequence
 
-__all__ = ["build_parser", "main"]
+__all__ = ["EXIT_FAILURE", "EXIT_USAGE", "build_parser", "exit_code_of", "main"]
+
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+
+# Libraries that log every retry of a connection the command reports itself.
+_NOISY_LOGGERS = ("urllib3", "clickhouse_connect")
+
+# Errors that mean "fix the command line or the configuration" (module, class). Looked up
+# in sys.modules: an exception of a class whose module was never imported cannot occur.
+_USAGE_ERRORS = (
+    ("prism.pipeline.settings", "SettingsError"),
+    ("prism.sinks._errors", "LedgerConfigError"),
+    ("prism.pipeline.alerting", "WebhookConfigError"),
+    ("prism.runtime.simulator._config", "SimulatorConfigError"),
+    ("prism.devstack.faults", "FaultSpecError"),
+)
 
 # Command modules, in the order they appear in --help.
 COMMAND_MODULES = [
@@ -25,6 +43,7 @@ COMMAND_MODULES = [
     "prism.pipeline.commands.migrate",
     "prism.pipeline.commands.query",
     "prism.pipeline.commands.billing",
+    "prism.pipeline.commands.report",
     "prism.pipeline.commands.dashboards",
     "prism.pipeline.commands.simulate",
     "prism.pipeline.commands.tail",
@@ -48,6 +67,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def exit_code_of(exc: BaseException) -> int:
+    """``EXIT_USAGE`` for a bad option or setting, ``EXIT_FAILURE`` for anything else.
+
+    Commands check their options with a plain ``ValueError``; the configuration errors of
+    each package are listed in ``_USAGE_ERRORS``.
+    """
+    if type(exc) is ValueError or isinstance(exc, argparse.ArgumentTypeError):
+        return EXIT_USAGE
+    for module, name in _USAGE_ERRORS:
+        cls = getattr(sys.modules.get(module), name, None)
+        if isinstance(cls, type) and isinstance(exc, cls):
+            return EXIT_USAGE
+    return EXIT_FAILURE
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -55,16 +89,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if not args.verbose:  # their retries end in our one-line error; -v shows them
+        for noisy in _NOISY_LOGGERS:
+            logging.getLogger(noisy).setLevel(logging.ERROR)
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         return 130
-    except (ValueError, RuntimeError, OSError) as exc:
-        # Our error bases derive from these; print the message, not a traceback.
+    except Exception as exc:
         if args.verbose:
             raise
-        print(f"prism-pipeline {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+        text = str(exc).strip() or type(exc).__name__
+        print(f"prism-pipeline {args.command}: error: {text}", file=sys.stderr)
+        return exit_code_of(exc)
 
 
 if __name__ == "__main__":  # pragma: no cover

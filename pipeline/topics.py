@@ -1,17 +1,34 @@
-"""Create the pipeline's topics up front (input with the configured partitions, outputs)."""
+"""Create the pipeline's topics up front (input with the configured partitions, outputs).
+
+A broker that is still starting answers with transient errors; ``ensure_topics`` retries
+them (``pipeline.retry``) up to ``deadline`` seconds, then fails with one line.
+"""
 
 from __future__ import annotations
 
 import contextlib
 from typing import Any
 
+from .retry import DEFAULT_DEADLINE, retry_transient
 from .settings import Settings
 
 __all__ = ["ensure_topics", "worker_env"]
 
 
-async def ensure_topics(settings: Settings, *, extra: dict[str, int] | None = None) -> list[str]:
+async def ensure_topics(
+    settings: Settings, *, extra: dict[str, int] | None = None, deadline: float = DEFAULT_DEADLINE
+) -> list[str]:
     """Create missing topics; return the names created. Existing topics are left alone."""
+    return await retry_transient(
+        lambda: _ensure_topics(settings, extra),
+        what="creating the pipeline's topics",
+        bootstrap=settings.kafka_bootstrap_servers,
+        deadline=deadline,
+    )
+
+
+async def _ensure_topics(settings: Settings, extra: dict[str, int] | None) -> list[str]:
+    """One attempt: its own admin client, closed whatever happens."""
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
     from aiokafka.errors import TopicAlreadyExistsError
 
@@ -23,8 +40,8 @@ async def ensure_topics(settings: Settings, *, extra: dict[str, int] | None = No
     wanted[f"{settings.topic_prefix}.limit-deaths"] = 1
     wanted.update(extra or {})
     admin = AIOKafkaAdminClient(**settings.aiokafka_kwargs())
-    await admin.start()
     try:
+        await admin.start()
         existing = set(await admin.list_topics())
         new = [
             NewTopic(n, p, settings.replication_factor)

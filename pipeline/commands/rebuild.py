@@ -23,7 +23,8 @@ def register(sub: argparse._SubParsersAction) -> None:
             "offsets seen at start, through the same run-semantics core as the worker, into a "
             "new ledger database (migrated first). Joins no consumer group and commits "
             "nothing, so the live worker is untouched. A database that already holds runs is "
-            "refused unless --force. Shows a progress bar on a terminal, then a summary."
+            "refused unless --force. Shows a progress bar on a terminal, then a summary. A "
+            "rebuild that fails drops the database it created, so no empty one is left."
         ),
     )
     p.add_argument(
@@ -67,15 +68,40 @@ def _run(args: argparse.Namespace) -> int:
         f"{settings.clickhouse_database}_rebuild_{datetime.now(UTC):%Y%m%d%H%M%S}"
     )
     client = sinks.connect(settings.clickhouse_dsn)
-    summary = asyncio.run(
-        rebuild(
-            settings,
-            client,
-            database,
-            force=args.force,
-            progress=not args.no_progress and sys.stderr.isatty(),
-            batch_size=args.batch_size,
+    existed = _database_exists(client, database)
+    try:
+        summary = asyncio.run(
+            rebuild(
+                settings,
+                client,
+                database,
+                force=args.force,
+                progress=not args.no_progress and sys.stderr.isatty(),
+                batch_size=args.batch_size,
+            )
         )
-    )
+    except BaseException:
+        if not existed:  # a half-built database of ours would only mislead: drop it
+            _drop_quietly(client, database)
+        raise
     print(summary.render())
     return 0
+
+
+def _database_exists(client: Any, database: str) -> bool:
+    rows = client.query(
+        "SELECT count() FROM system.databases WHERE name = {db:String}",
+        parameters={"db": database},
+    ).result_rows
+    return bool(rows[0][0])
+
+
+def _drop_quietly(client: Any, database: str) -> None:
+    """Drop the database this rebuild created; a failure here must not hide the first error."""
+    try:
+        if _database_exists(client, database):
+            client.command(f"DROP DATABASE IF EXISTS `{database}` SYNC")
+    except Exception as exc:  # report, then let the original error propagate
+        logging.getLogger("prism.replay").warning(
+            "could not drop the unfinished database %s: %s", database, exc
+        )

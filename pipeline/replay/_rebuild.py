@@ -237,4 +237,6 @@ def _runs_in(client: Any, database: str) -> int:
     ).result_rows[0][0]
     if not exists:
         return 0
-    return int(client.query(f"SELECT count() FROM {database}.runs_store").result_rows[0][0])
+    # Distinct runs: the store keeps one row per version of a run until it merges.
+    sql = f"SELECT uniqExact(run_id) FROM {database}.runs_store"
+    return int(client.query(sql).result_rows[0][0])

@@ -21,6 +21,7 @@ from aiokafka.partitioner import murmur2
 
 from prism.schemas import ContractViolation
 
+from ..retry import DEFAULT_DEADLINE, retry_transient
 from ..settings import Settings
 from ._errors import TopicNotFound
 from ._events import ReplayEvent, event_from_record
@@ -49,12 +50,19 @@ def partition_for(run_id: str, partitions: int) -> int:
 
 async def topic_partitions(settings: Settings, topic: str) -> list[int]:
     """The partition ids of ``topic``; ``TopicNotFound`` if the broker does not know it."""
-    admin = AIOKafkaAdminClient(**settings.aiokafka_kwargs())
-    await admin.start()
-    try:
-        described = await admin.describe_topics()  # all topics: naming one could auto-create it
-    finally:
-        await admin.close()
+
+    async def describe() -> list[Any]:
+        admin = AIOKafkaAdminClient(**settings.aiokafka_kwargs())
+        try:
+            await admin.start()
+            # all topics: naming one could auto-create it
+            return list(await admin.describe_topics())
+        finally:
+            await admin.close()
+
+    described = await retry_transient(
+        describe, what=f"describing topic {topic}", bootstrap=settings.kafka_bootstrap_servers
+    )
     for meta in described:
         if meta["topic"] == topic and meta["error_code"] == 0:
             return sorted(p["partition"] for p in meta["partitions"])
@@ -64,8 +72,28 @@ async def topic_partitions(settings: Settings, topic: str) -> list[int]:
     )
 
 
-def _consumer(settings: Settings) -> AIOKafkaConsumer:
-    return AIOKafkaConsumer(
+class _Consumer(AIOKafkaConsumer):
+    """A group-less consumer whose ``start`` retries transient broker errors up to a deadline."""
+
+    def __init__(self, bootstrap: str, deadline: float, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._bootstrap = bootstrap
+        self._deadline = deadline
+
+    async def start(self) -> None:
+        # A failed start leaves no fetcher behind, so the same consumer can start again.
+        await retry_transient(
+            super().start,
+            what="starting a Kafka consumer",
+            bootstrap=self._bootstrap,
+            deadline=self._deadline,
+        )
+
+
+def _consumer(settings: Settings, deadline: float = DEFAULT_DEADLINE) -> AIOKafkaConsumer:
+    return _Consumer(
+        settings.kafka_bootstrap_servers,
+        deadline,
         group_id=None,
         enable_auto_commit=False,
         auto_offset_reset="earliest",

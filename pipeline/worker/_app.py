@@ -304,7 +304,7 @@ class PipelineWorker:
                     await aclose(timeout=5.0)
                 except Exception:
                     log.exception("closing alert sink %r failed", sink)
-        self.telemetry.write_stats(force=True)
+        self.telemetry.stopped()  # stats file + the summary line
         await self.read_back.close()
 
     async def _on_revoked(self, app: Any, revoked: set[Any], **_: Any) -> None:

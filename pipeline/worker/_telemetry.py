@@ -8,12 +8,16 @@ consumer lag, and freshness (now minus event ``ts`` when its row is acknowledged
 ClickHouse). The exporter comes from settings (OTLP endpoint, console, or none).
 
 ``worker-stats.json`` in the state directory repeats the headline figures for humans,
-healthchecks and the benchmark, rewritten every few seconds and at shutdown.
+healthchecks and the benchmark, rewritten every few seconds and at shutdown. The log gets
+the same figures as one status line every ``status_every`` seconds (consumed, rate, lag,
+freshness p99 since the previous line, DLQ, quarantine) and one summary line when the
+worker stops (``stopped``, called from the app's shutdown hook on SIGTERM/SIGINT).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
 import time
@@ -31,6 +35,10 @@ __all__ = ["MAX_LINKS", "WorkerTelemetry", "configure_exporters", "trace_context
 
 MAX_LINKS = 128
 _RESERVOIR = 20_000
+STATUS_EVERY = 10.0  # seconds between status lines while events flow
+_IDLE_EVERY = 6  # an idle worker logs every STATUS_EVERY * _IDLE_EVERY seconds
+
+log = logging.getLogger("prism.worker")
 
 
 def configure_exporters(
@@ -87,6 +95,15 @@ def trace_context_of(traceparents: Iterable[str | None]) -> tuple[Any, list[Link
     return parent, links
 
 
+def _seconds(value: float) -> str:
+    """A duration for a log line: 2.3s, 12.5min, 1.8h."""
+    if abs(value) < 60:
+        return f"{value:.1f}s"
+    if abs(value) < 3600:
+        return f"{value / 60:.1f}min"
+    return f"{value / 3600:.1f}h"
+
+
 class _Reservoir:
     """A uniform sample of recent values, for percentiles in the stats file."""
 
@@ -121,7 +138,13 @@ class WorkerTelemetry:
     """Spans, OTel instruments and the stats file of one worker process."""
 
     def __init__(
-        self, stats_path: Path | None, *, tracer_provider: Any = None, meter_provider: Any = None
+        self,
+        stats_path: Path | None,
+        *,
+        tracer_provider: Any = None,
+        meter_provider: Any = None,
+        status_every: float = STATUS_EVERY,
+        clock: Any = time.time,
     ) -> None:
         self.tracer = trace.get_tracer("prism.worker", tracer_provider=tracer_provider)
         meter = metrics.get_meter("prism.worker", meter_provider=meter_provider)
@@ -150,6 +173,11 @@ class WorkerTelemetry:
         self.first_batch_at: float | None = None
         self.last_batch_at: float | None = None
         self._last_write = 0.0
+        self.status_every = status_every
+        self._clock = clock
+        self.started_at = clock()
+        self._recent_fresh: deque[float] = deque(maxlen=5000)  # since the last status line
+        self._last_status = (self.started_at, 0)  # (when, events then)
 
     @contextmanager
     def batch_span(self, size: int, traceparents: Iterable[str | None]) -> Iterator[Any]:
@@ -190,6 +218,7 @@ class WorkerTelemetry:
         now = time.time()
         values = [(now - ts) * 1000 for ts in event_ts]
         self.freshness.add_many(values)
+        self._recent_fresh.extend(values if len(values) <= 200 else random.sample(values, 200))
         step = max(1, len(values) // 100)
         for v in values[::step]:
             self._fresh.record(v)
@@ -197,7 +226,74 @@ class WorkerTelemetry:
     def _observe_lag(self, _options: Any) -> Iterable[metrics.Observation]:
         return [metrics.Observation(v, {"partition": p}) for p, v in self.lag.items()]
 
+    # -- human-readable lines -------------------------------------------------------------
+    def _rejected(self, prefix: str) -> dict[str, int]:
+        return {
+            k.split(".", 1)[1]: v
+            for k, v in sorted(self.counts.items())
+            if k.startswith(prefix + ".") and v
+        }
+
+    @staticmethod
+    def _by_reason(counts: dict[str, int]) -> str:
+        total = sum(counts.values())
+        if not total:
+            return "0"
+        return f"{total:,} (" + ", ".join(f"{k}={v:,}" for k, v in counts.items()) + ")"
+
+    def status_line(self, now: float | None = None) -> str:
+        """One line: consumed, rate since the previous line, lag, freshness p99, DLQ, quarantine."""
+        now = self._clock() if now is None else now
+        since, events_then = self._last_status
+        events = self.counts["events"]
+        rate = (events - events_then) / max(now - since, 1e-9)
+        recent = sorted(self._recent_fresh)
+        p99 = "-"
+        if recent:
+            p99 = _seconds(recent[min(len(recent) - 1, int(0.99 * len(recent)))] / 1000)
+        return (
+            f"status: consumed {events:,} events ({rate:,.0f}/s), lag {sum(self.lag.values()):,}, "
+            f"freshness p99 {p99}, DLQ {self._by_reason(self._rejected('dlq'))}, "
+            f"quarantined {self._by_reason(self._rejected('quarantine'))}"
+        )
+
+    def maybe_log_status(self) -> bool:
+        """Log ``status_line`` when ``status_every`` has passed (less often while idle)."""
+        now = self._clock()
+        since, events_then = self._last_status
+        idle = self.counts["events"] == events_then
+        if now - since < self.status_every * (_IDLE_EVERY if idle else 1):
+            return False
+        log.info("%s", self.status_line(now))
+        self._last_status = (now, self.counts["events"])
+        self._recent_fresh.clear()
+        return True
+
+    def summary_line(self) -> str:
+        """What the worker did since it started, for the line it logs when it stops."""
+        fresh = self.freshness.summary()
+        freshness = (
+            f"freshness p50 {_seconds(fresh['p50'] / 1000)} p99 {_seconds(fresh['p99'] / 1000)}"
+            if fresh.get("count")
+            else "freshness -"
+        )
+        return (
+            f"consumed {self.counts['events']:,} events in {self.counts['batches']:,} batches "
+            f"over {self._clock() - self.started_at:.1f}s, applied {self.counts['applied']:,}, "
+            f"duplicates {self.counts['duplicate']:,}, lag {sum(self.lag.values()):,}, "
+            f"{freshness}, DLQ {self._by_reason(self._rejected('dlq'))}, "
+            f"quarantined {self._by_reason(self._rejected('quarantine'))}"
+        )
+
+    def stopped(self) -> None:
+        """The worker is shutting down (SIGTERM/SIGINT): write the stats file, log a summary."""
+        self.write_stats(force=True)
+        log.info("worker stopping: %s", self.summary_line())
+
     def write_stats(self, *, force: bool = False) -> None:
+        """Rewrite ``worker-stats.json`` (at most every 2 s unless ``force``); log status."""
+        if not force:
+            self.maybe_log_status()
         if self.stats_path is None:
             return
         now = time.time()

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from prism.devstack import LocalKafka, free_port, kafka_home
+from prism.devstack import DevstackError, LocalKafka, free_port, kafka_home
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -49,7 +49,7 @@ def test_a_second_broker_reuses_the_jar_cache_and_stops_cleanly(tmp_path: Path) 
     broker = LocalKafka(state_dir=tmp_path / "k", port=free_port())
     broker.up()
     try:
-        assert broker.status() == "running"
+        assert broker.status() == f"running on {broker.bootstrap} (pid {broker.pid()})"
     finally:
         broker.down()
     assert broker.status() == "stopped"
@@ -64,3 +64,30 @@ def test_chdb_through_clickhouse_connect(ch_client, ch_database: str) -> None:
     ch_client.insert(f"{ch_database}.t", [[1, "a"], [2, None]], column_names=["k", "v"])
     rows = ch_client.query(f"SELECT k, v FROM {ch_database}.t ORDER BY k").result_rows
     assert rows == [(1, "a"), (2, None)]
+
+
+def test_a_second_broker_on_a_live_state_directory_is_refused_and_the_first_keeps_working(
+    tmp_path: Path,
+) -> None:
+    # Two JVMs on one KRaft metadata log corrupted it (CorruptRecordException): never again.
+    state = tmp_path / "k"
+    first = LocalKafka(state_dir=state, port=free_port())
+    first.up()
+    try:
+        second = LocalKafka(state_dir=state, port=free_port())
+        with pytest.raises(DevstackError) as refused:
+            second.up(timeout=30)
+        message = str(refused.value)
+        assert f"a broker from {state} already runs (pid {first.pid()}, port {first.port})" in (
+            message
+        )
+        assert "\n" not in message
+        (state / "broker.pid").rename(state / "pid.aside")  # even without its pid file
+        with pytest.raises(DevstackError, match="is locked by a running broker"):
+            second.up(timeout=30)
+        (state / "pid.aside").rename(state / "broker.pid")
+        first.up()  # the same broker and port: reused, not restarted
+        assert first.status().startswith("running on")
+        assert "CorruptRecordException" not in first.log_file.read_text()
+    finally:
+        first.down()

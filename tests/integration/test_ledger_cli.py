@@ -72,5 +72,5 @@ def test_migrate_query_and_billing_commands(tmp_path: Path) -> None:
     assert (line["rows"], line["input_tokens"], line["cost"]) == (1, 100, "0.500000000000")
 
     bad = _cli("query", "SELECT no_such_column FROM runs", env=env)
-    assert bad.returncode == 2
+    assert bad.returncode == 1
     assert "no_such_column" in bad.stderr and "Traceback" not in bad.stderr

@@ -267,5 +267,5 @@ def test_from_ledger_replays_a_run_in_seq_order(
     assert [int(line.split()[0]) for line in out.splitlines()] == [0, 1, 3, 4, 5, 6]
     assert "missing seqs: 2;" in err
 
-    assert main([*base, "--run", "no-such-run"]) == 2
+    assert main([*base, "--run", "no-such-run"]) == 1
     assert "no event of run 'no-such-run'" in capsys.readouterr().err

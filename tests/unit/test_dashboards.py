@@ -326,5 +326,5 @@ def test_cli_builds_into_the_given_folder(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["dashboards", "build", "--out", str(tmp_path)]) == 0
-    assert "wrote 9 files" in capsys.readouterr().out
+    assert "wrote 10 files" in capsys.readouterr().out
     assert (tmp_path / "provisioning" / "alerting" / "alert-rules.yaml").is_file()

@@ -19,6 +19,7 @@ PACKAGES = [
     "prism.pipeline.core",
     "prism.pipeline.worker",
     "prism.pipeline.replay",
+    "prism.pipeline.report",
 ]
 
 

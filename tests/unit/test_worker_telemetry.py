@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import time
+from collections import Counter
 
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
@@ -75,3 +77,57 @@ def test_stats_file_reports_freshness_and_counts(otel, tmp_path):
         for m in sm.metrics
     }
     assert {"prism.events.consumed", "prism.events.outcome", "prism.freshness"} <= names
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_status_line_every_n_seconds_with_consumed_lag_freshness_and_rejects(
+    tmp_path, caplog
+) -> None:
+    clock = Clock()
+    tel = WorkerTelemetry(None, status_every=10.0, clock=clock)
+    caplog.set_level("INFO", logger="prism.worker")
+    tel.consumed(500)
+    tel.outcomes(Counter({"applied": 490, "dlq.unparsable": 7, "quarantine.post_terminal": 3}))
+    tel.lag = {0: 120, 1: 80}
+    tel.acknowledged([time.time() - 2.0] * 50)
+    clock.now += 5
+    tel.write_stats()
+    assert caplog.messages == []  # not yet: 5 s < 10 s
+    clock.now += 5
+    tel.write_stats()
+    (line,) = caplog.messages
+    assert line.startswith("status: consumed 500 events (50/s), lag 200, freshness p99 2.")
+    assert "DLQ 7 (unparsable=7), quarantined 3 (post_terminal=3)" in line
+    caplog.clear()
+    clock.now += 10  # idle: no new events, so no line until six periods have passed
+    tel.write_stats()
+    assert caplog.messages == []
+    clock.now += 50
+    tel.write_stats()
+    assert caplog.messages and "freshness p99 -" in caplog.messages[0]
+
+
+def test_stopping_logs_one_summary_line_and_writes_the_stats_file(tmp_path, caplog) -> None:
+    clock = Clock()
+    stats = tmp_path / "worker-stats.json"
+    tel = WorkerTelemetry(stats, clock=clock)
+    caplog.set_level("INFO", logger="prism.worker")
+    tel.consumed(1200)
+    tel.consumed(34)
+    tel.outcomes(Counter({"applied": 1200, "duplicate": 30, "dlq.oversized": 4}))
+    clock.now += 42.5
+    tel.stopped()
+    (line,) = caplog.messages
+    assert line.startswith(
+        "worker stopping: consumed 1,234 events in 2 batches over 42.5s, applied 1,200, "
+        "duplicates 30, lag 0"
+    )
+    assert "DLQ 4 (oversized=4), quarantined 0" in line
+    assert json.loads(stats.read_text())["events"] == 1234

@@ -1,0 +1,91 @@
+"""``prism-pipeline report``: write the ledger's charts as one self-contained HTML page."""
+
+from __future__ import annotations
+
+import argparse
+from datetime import UTC, date, datetime, time
+from pathlib import Path
+
+from prism.pipeline.commands.query import add_connection_args, connection
+
+__all__ = ["register"]
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "report",
+        help="write an HTML page of charts from the ledger (runs, limits, cost, cache, alerts)",
+        description=(
+            "Runs the panels of the Grafana dashboard prism-report (the same SQL, expanded "
+            "as Grafana does) on the ledger and writes one self-contained HTML page: inline "
+            "SVG charts, no script, nothing fetched from the network. Open it in any browser. "
+            "The time range defaults to everything the ledger holds."
+        ),
+        epilog="example: prism-pipeline report --from 2026-11-30 --to 2026-12-01 --tenant acme",
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="where to write the page (default .data/report.html)",
+    )
+    p.add_argument(
+        "--from", dest="start", type=_when, help="start, YYYY-MM-DD or ISO time (default: data)"
+    )
+    p.add_argument(
+        "--to", dest="end", type=_when, help="end, YYYY-MM-DD or ISO time (default: data)"
+    )
+    p.add_argument(
+        "--tenant",
+        action="append",
+        default=[],
+        metavar="ID",
+        help="only this tenant in tenant-scoped panels (repeat for several; default all)",
+    )
+    add_connection_args(p)
+    p.set_defaults(func=_run)
+
+
+def _when(text: str) -> datetime:
+    try:
+        if len(text) == 10:
+            return datetime.combine(date.fromisoformat(text), time(), UTC)
+        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a date (YYYY-MM-DD) or ISO 8601 time (2026-11-30T12:00:00Z)"
+        ) from None
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        from prism.pipeline.report import DEFAULT_OUT, build_report
+    except ImportError as exc:  # grafana-foundation-sdk comes with the dashboards extra
+        raise RuntimeError(
+            f"the report needs the dashboards extra ({exc}); install it with "
+            "pip install 'prism-pipeline[pipeline,dashboards]'"
+        ) from None
+    from prism.pipeline.settings import load_settings
+    from prism.sinks._errors import redact_dsn  # the ledger's own rule for hiding passwords
+
+    client, database = connection(args)
+    dsn = args.clickhouse or load_settings().clickhouse_dsn
+    report = build_report(
+        client,
+        database,
+        ledger=redact_dsn(dsn),
+        start=args.start,
+        end=args.end,
+        tenants=args.tenant,
+    )
+    path = report.write(args.out or DEFAULT_OUT)
+    drawn = len(report.results) - len(report.empty) - len(report.failed)
+    print(f"wrote {path} ({drawn} of {len(report.results)} panels with data)")
+    for result in report.empty:
+        print(f"  no data: {result.panel.title}")
+    for result in report.failed:
+        print(f"  query failed: {result.panel.title}: {result.error}")
+    print(f"open it: file://{path}")
+    return 1 if report.failed else 0
