@@ -18,7 +18,7 @@ rest. Every input record thus ends in exactly one of the ledger, quarantine or t
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -243,7 +243,7 @@ class Intake:
 
 def store_isolating(
     intake: Intake,
-    batches: dict[int, Sequence[InRecord]],
+    batches: Mapping[int, Sequence[InRecord]],
     now: float,
     store: Callable[[Output], None],
 ) -> Output:

@@ -219,10 +219,12 @@ def turn_rows(
         usage = chosen[2] if chosen is not None else {}
         rows.append(_turn_row(run_id, kind, turn, attempt, seq, facts[eid], usage, owner, version))
     for key in [k for k in emitted if k not in current]:
-        kind, turn, attempt = key.split("|")
-        _, _, _, ts_us, seq = emitted.pop(key)
-        gone = {"s": seq, "ts": ts_us, "d": {}}
-        row = _turn_row(run_id, kind, int(turn), int(attempt), seq, gone, {}, owner, version)
+        gone_kind, gone_turn, gone_attempt = key.split("|")
+        _, _, _, ts_us, gone_seq = emitted.pop(key)
+        gone = {"s": gone_seq, "ts": ts_us, "d": {}}
+        row = _turn_row(
+            run_id, gone_kind, int(gone_turn), int(gone_attempt), gone_seq, gone, {}, owner, version
+        )
         row.retracted = True
         rows.append(row)
     return rows

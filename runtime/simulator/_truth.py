@@ -1,14 +1,14 @@
-"""Per-run ground truth over the SET of a run's distinct events, independent of arrival order.
+"""Per-run ground truth over the set of a run's distinct events (written apart from the core).
 
 The rules, applied in this order to the distinct valid events of one ``runId`` (an
-``eventId`` seen again is a duplicate and changes nothing):
+``eventId`` seen again is a duplicate and changes nothing), in the order the pipeline
+first sees them:
 
-a. Owner: the ``tenantId`` of the event with the smallest ``(seq, eventId)`` among those
-   carrying one. Events carrying another tenant are ``tenant_mismatch``; events omitting
-   it inherit the owner's. ``accountId``/``userId`` come from the lowest such remaining
-   event carrying them.
-b. Per ``seq`` the holder is the event with the smallest ``eventId``; the others are
-   ``duplicate_seq``.
+a, b. Walking the seqs upwards: of the events claiming a ``seq``, the first to arrive
+   that agrees with the owner holds it; the others are ``tenant_mismatch`` (another
+   tenant than the owner's) or ``duplicate_seq`` (rule 1: a later claim changes nothing).
+   The owner is the ``tenantId`` of the lowest holder carrying one; events omitting it
+   inherit it. ``accountId``/``userId`` come from the lowest accepted event carrying them.
 c. The terminal is the holder with the smallest ``seq`` among terminal types; holders
    above it are ``conflicting_terminal`` (terminal type) or ``post_terminal``.
 d. Reported ``provider_turn`` usage rows, in ``seq`` order: a row whose ``(turn,
@@ -77,25 +77,26 @@ class RunTruth:
 def judge_run(run_id: str, events: list[dict[str, Any]]) -> RunTruth:
     """Apply rules a-e to the distinct valid events of one run."""
     truth = RunTruth(run_id)
-    ordered = sorted(events, key=lambda ev: (int(ev["seq"]), ev["eventId"]))
-    owner = next((ev["tenantId"] for ev in ordered if ev.get("tenantId") is not None), None)
-    truth.owner = owner
-    consistent = []
-    for ev in ordered:  # a. ownership
+    # ``events`` come in the order the pipeline first sees them: between different events
+    # claiming one seq, the first to arrive holds it (rule 1: the later claim changes nothing)
+    arrival = {ev["eventId"]: i for i, ev in enumerate(events)}
+    ordered = sorted(events, key=lambda ev: (int(ev["seq"]), arrival[ev["eventId"]]))
+    owner: str | None = None
+    holders: list[dict[str, Any]] = []
+    held: set[int] = set()
+    for ev in ordered:  # a, b. walking seqs upwards: the owner, one holder per seq
         tenant = ev.get("tenantId")
-        if tenant is not None and tenant != owner:
+        agrees = tenant is None or owner is None or tenant == owner
+        if int(ev["seq"]) not in held and agrees:
+            holders.append(ev)
+            held.add(int(ev["seq"]))
+            if owner is None:
+                owner = tenant
+        elif not agrees:
             truth.quarantined[ev["eventId"]] = "tenant_mismatch"
         else:
-            consistent.append(ev)
-    truth.account_id = next((ev["accountId"] for ev in consistent if ev.get("accountId")), None)
-    truth.user_id = next((ev["userId"] for ev in consistent if ev.get("userId")), None)
-    truth.max_event_ms = max((ts_ms(ev) for ev in consistent), default=0)
-    holders: list[dict[str, Any]] = []
-    for ev in consistent:  # b. one holder per seq (events are sorted by seq, eventId)
-        if holders and holders[-1]["seq"] == ev["seq"]:
             truth.quarantined[ev["eventId"]] = "duplicate_seq"
-        else:
-            holders.append(ev)
+    truth.owner = owner
     truth.held_seqs = {int(ev["seq"]) for ev in holders}
     terminal = next((ev for ev in holders if ev["type"] in TERMINAL_TYPES), None)
     truth.terminal = terminal
@@ -120,4 +121,7 @@ def judge_run(run_id: str, events: list[dict[str, Any]]) -> RunTruth:
             if entry is not None:
                 entries.add(entry)
         truth.accepted.append(ev)  # e.
+    truth.account_id = next((ev["accountId"] for ev in truth.accepted if ev.get("accountId")), None)
+    truth.user_id = next((ev["userId"] for ev in truth.accepted if ev.get("userId")), None)
+    truth.max_event_ms = max((ts_ms(ev) for ev in truth.accepted), default=0)
     return truth

@@ -240,12 +240,17 @@ def test_each_knob_is_deterministic_per_seed_and_emits_only_valid_events(
         assert list(validator.iter_errors(ev)) == [], ev["eventId"]
 
 
-def test_the_manifest_is_a_function_of_the_set_of_records() -> None:
+def test_the_manifest_depends_on_order_only_between_claims_of_one_seq() -> None:
     fleet = simulate(FleetConfig(runs=220, seed=9, **ALL_KNOBS))
     shuffled = list(fleet.records)
     random.Random(1).shuffle(shuffled)
     again = compute_manifest(shuffled, fleet.config, fleet.manifest["injected"])
-    assert again == fleet.manifest
+    # the run facts, bills and counts are a function of the set; which of two events
+    # claiming one seq is quarantined follows arrival (rule 1), and a claim that arrives
+    # before the run's own first event takes the run (another tenant's quarantined then)
+    for key in ("counts", "dlq", "estimates", "guardrails", "channels"):
+        assert again[key] == fleet.manifest[key], key
+    assert again["quarantine"]["duplicate_seq"] == fleet.manifest["quarantine"]["duplicate_seq"]
     m = fleet.manifest
     assert all(m["quarantine"].values())  # every rule had something to judge
     assert m["channels"]["quarantine"]["illegal_transition"] > 0

@@ -40,7 +40,7 @@ def test_late_tenant_is_inherited_by_the_events_before_it() -> None:
     assert m["tenants"]["acme"]["billable"]["cost"] == {"USD": "0.100000"}
 
 
-def test_another_tenant_reusing_a_run_id_changes_nothing_whatever_the_order() -> None:
+def test_another_tenant_reusing_a_run_id_changes_nothing_of_the_run() -> None:
     f = Runs()
     f.emit("R", 0, "agent_started", tenant="acme", event_id="a0")
     f.emit("R", 1, "usage_recorded", row(1, PRICED), at=1, tenant="acme", event_id="a1")
@@ -59,8 +59,10 @@ def test_another_tenant_reusing_a_run_id_changes_nothing_whatever_the_order() ->
     assert "globex" not in first["tenants"]
     assert first["tenants"]["acme"]["billable"]["rows"] == 1
     rng = random.Random(5)
-    for _ in range(20):  # the intruder delivered first, interleaved, duplicated: same truth
-        rng.shuffle(f.records)
+    owners_first, rest = f.records[:1], f.records[1:]
+    for _ in range(20):  # the run exists; the rest interleaved in any order: same truth
+        rng.shuffle(rest)
+        f.records = owners_first + rest
         again = manifest(f)
         assert {k: again[k] for k in ("runs", "tenants", "quarantine", "quarantined_events")} == {
             k: first[k] for k in ("runs", "tenants", "quarantine", "quarantined_events")
@@ -81,15 +83,15 @@ def test_a_higher_seq_delivered_before_the_terminal_is_post_terminal_and_never_b
     assert m["runs"]["P"]["missing_seqs"] == []
 
 
-def test_per_seq_the_smallest_event_id_holds_the_seq() -> None:
+def test_per_seq_the_first_event_to_arrive_holds_the_seq() -> None:
     f = Runs()
     f.emit("S", 0, "agent_started", event_id="s0")
     f.emit("S", 1, "usage_recorded", row(1, {**PRICED, "cost": "0.500000"}), at=1, event_id="s1-b")
     f.emit("S", 1, "usage_recorded", row(1, PRICED), at=1, event_id="s1-a")  # arrives second
     f.emit("S", 2, "agent_finished", at=2, event_id="s2")
     m = manifest(f)
-    assert m["quarantined_events"] == {"s1-b": "duplicate_seq"}
-    assert m["tenants"]["acme"]["billable"]["cost"] == {"USD": "0.100000"}
+    assert m["quarantined_events"] == {"s1-a": "duplicate_seq"}
+    assert m["tenants"]["acme"]["billable"]["cost"] == {"USD": "0.500000"}
 
 
 def test_one_reported_usage_per_turn_attempt() -> None:
