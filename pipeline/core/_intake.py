@@ -123,6 +123,7 @@ class Intake:
     def drop(self, partition: int) -> None:
         """Forget a partition (revoked from this worker)."""
         self.processors.pop(partition, None)
+        self.clock.forget(partition)
 
     def step(self, partition: int, records: Sequence[InRecord], now: float) -> Output:
         """Run ``records`` (one partition, in offset order) through the core.

@@ -47,7 +47,7 @@ class _Tx:
     """What changed since ``begin``: each run as it was before its first change."""
 
     runs: dict[str, RunState | None] = field(default_factory=dict)
-    watermark_us: int = 0
+    watermark_us: int = 0  # this partition's mark on the shared clock
     next_offset: int | None = None
     last_scan_us: int = 0
 
@@ -101,7 +101,7 @@ class Processor:
                 self._index(RunState.from_bytes(value))
             elif key == self.meta_key:
                 meta = orjson.loads(value)
-                self.clock.restore(meta["wm"])
+                self.clock.set_mark(self.partition, max(self.clock.mark(self.partition), meta["wm"]))
                 self.next_offset = meta.get("no")
         self._retire = deque(sorted(self._retire))
         self._shrink = deque(sorted(self._shrink))
@@ -126,7 +126,7 @@ class Processor:
         """Start remembering changes, so ``rollback`` can undo them; transactions nest."""
         self._tx.append(
             _Tx(
-                watermark_us=self.clock.watermark_us,
+                watermark_us=self.clock.mark(self.partition),
                 next_offset=self.next_offset,
                 last_scan_us=self._last_scan_us,
             )
@@ -152,7 +152,7 @@ class Processor:
                 self.runs.pop(run_id, None)
             else:
                 self._index(before)
-        self.clock.watermark_us = tx.watermark_us
+        self.clock.set_mark(self.partition, tx.watermark_us)
         self.next_offset = tx.next_offset
         self._last_scan_us = tx.last_scan_us
 
@@ -190,7 +190,7 @@ class Processor:
     def _add(self, d: Delivery, now: float, out: Output, touched: dict[str, RunState]) -> None:
         ev = d.event
         ts_us = to_us(ev.ts)
-        skewed = self.clock.observe(ts_us, now)
+        skewed = self.clock.observe(self.partition, ts_us, now)
         self._save(ev.run_id)
         run = self.runs.get(ev.run_id)
         if run is None:
@@ -456,7 +456,7 @@ class Processor:
         for run_id in self._dropped:
             writes[self.run_key(run_id)] = None
         writes[self.meta_key] = orjson.dumps(
-            {"wm": self.clock.watermark_us, "no": self.next_offset}
+            {"wm": self.clock.mark(self.partition), "no": self.next_offset}
         )
         self._dirty.clear()
         self._dropped.clear()

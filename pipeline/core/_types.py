@@ -50,32 +50,64 @@ class CoreConfig:
 
 
 class EventClock:
-    """The pipeline-wide event-time watermark (rule 10), clamped against skew (rule 14).
+    """The pipeline-wide event-time watermark (rule 10), skew-proof (rule 14).
 
-    Every partition's processor of one pipeline shares one clock, so a quiet partition's
-    runs go stale on the pipeline's event time. An event stamped more than ``max_skew_s``
-    ahead of the processing clock does not move it at all: a bad producer clock can
-    neither close nor expire other runs, not even in a backfill of old events, where
-    "now plus the skew" would still be far ahead of everyone else.
+    Every partition's processor of one pipeline shares one clock and keeps its own mark
+    (the latest event time it saw). The watermark is the highest mark, held back by the
+    marks of partitions the shell reports as still behind (records waiting on the topic):
+    a quiet, caught-up partition cannot keep a stale run ``running``, and a partition
+    catching up after a restart or a replay does not see its own runs judged by the
+    others' time. An event stamped more than ``max_skew_s`` ahead of the processing clock
+    moves no mark at all: a bad producer clock can neither close nor expire other runs,
+    not even in a backfill of old events, where "now plus the skew" would still be far
+    ahead of everyone else.
     """
 
-    __slots__ = ("max_skew_us", "watermark_us")
+    __slots__ = ("_behind", "_marks", "max_skew_us")
 
-    def __init__(self, max_skew_s: float = 300.0, watermark_us: int = 0) -> None:
+    def __init__(self, max_skew_s: float = 300.0) -> None:
         self.max_skew_us = int(max_skew_s * _US)
-        self.watermark_us = watermark_us
+        self._marks: dict[int, int] = {}
+        self._behind: set[int] = set()
 
-    def observe(self, ts_us: int, now: float) -> bool:
-        """Advance on an event at ``ts_us`` seen at processing time ``now``; True if skewed."""
+    @property
+    def watermark_us(self) -> int:
+        if not self._marks:
+            return 0
+        top = max(self._marks.values())
+        held = [self._marks[p] for p in self._behind if p in self._marks]
+        return min(top, *held) if held else top
+
+    def observe(self, partition: int, ts_us: int, now: float) -> bool:
+        """Advance ``partition``'s mark on an event seen at processing time ``now``.
+
+        Returns whether the event is clock-skewed (it then moves nothing).
+        """
         if ts_us > int(now * _US) + self.max_skew_us:
             return True
-        if ts_us > self.watermark_us:
-            self.watermark_us = ts_us
+        if ts_us > self._marks.get(partition, 0):
+            self._marks[partition] = ts_us
         return False
 
-    def restore(self, watermark_us: int) -> None:
-        """Take a persisted watermark into account (it never moves back)."""
-        self.watermark_us = max(self.watermark_us, watermark_us)
+    def mark(self, partition: int) -> int:
+        """The latest (unskewed) event time ``partition`` saw."""
+        return self._marks.get(partition, 0)
+
+    def set_mark(self, partition: int, mark_us: int) -> None:
+        """Restore a partition's mark (from its persisted state, or to undo a step)."""
+        self._marks[partition] = mark_us
+
+    def behind(self, partition: int, behind: bool) -> None:
+        """Whether ``partition`` still has records waiting (its mark holds the watermark)."""
+        if behind:
+            self._behind.add(partition)
+        else:
+            self._behind.discard(partition)
+
+    def forget(self, partition: int) -> None:
+        """A partition this process no longer reads (revoked)."""
+        self._marks.pop(partition, None)
+        self._behind.discard(partition)
 
 
 @dataclass(slots=True)

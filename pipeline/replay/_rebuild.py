@@ -174,7 +174,8 @@ async def _consume(
             for tp, records in sorted(batch.items()):
                 records = [r for r in records if r.offset < end[tp]]
                 if records:
-                    replay.partition_batch(tp.partition, records)
+                    behind = records[-1].offset + 1 < end[tp]
+                    replay.partition_batch(tp.partition, records, behind=behind)
                     summary.records += len(records)
             for tp in list(active):
                 pos = min(await consumer.position(tp), end[tp])
@@ -203,7 +204,11 @@ class _Replay:
         self.alerts = 0
         self.dead_letters = 0
 
-    def partition_batch(self, partition: int, records: Sequence[Any]) -> None:
+    def partition_batch(
+        self, partition: int, records: Sequence[Any], *, behind: bool = False
+    ) -> None:
+        """Step and store one partition's records; ``behind``: more of it still to read."""
+        self.intake.clock.behind(partition, behind)
         recs: list[InRecord] = [in_record(r) for r in records]
         out = store_isolating(self.intake, {partition: recs}, self.clock(), self.store)
         self.last_offset[partition] = records[-1].offset

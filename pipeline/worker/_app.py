@@ -144,15 +144,16 @@ class PipelineWorker:
         for partition in sorted(batches):
             self._restore(partition)
             batches[partition] = await self._without_gaps(partition, batches[partition])
+            # a partition with records still waiting holds the pipeline watermark back
+            behind = lag(self.app, self._tp(partition), batches[partition][-1].offset)
+            self.intake.clock.behind(partition, behind > 0)
+            self.telemetry.lag[partition] = behind
         ordered = {p: batches[p] for p in sorted(batches)}
         with self.telemetry.insert_span(len(events)):
             out = await asyncio.to_thread(
                 store_isolating, self.intake, ordered, self.clock(), self.store
             )
         self.telemetry.acknowledged(out.event_ts)
-        for partition, records in ordered.items():
-            last = records[-1].offset
-            self.telemetry.lag[partition] = lag(self.app, TP(self.topics.input, partition), last)
         await self._publish(out, ordered)
         self._write_state(out.state_writes)
         await self._after(out)
@@ -205,6 +206,9 @@ class PipelineWorker:
                     else:
                         self.state[key.encode()] = value
 
+    def _tp(self, partition: int) -> TP:
+        return TP(self.topics.input, partition)
+
     def _restore(self, partition: int) -> None:
         """Load a partition's run state from the changelogged table the first time it is seen."""
         if partition in self._loaded:
@@ -233,6 +237,9 @@ class PipelineWorker:
             live = [p for p in self.intake.processors if p in self.last_event]
             if not live:
                 return
+            for p in live:  # caught up since its last batch? then it holds nothing back
+                done = self.intake.processor(p).next_offset or 0
+                self.intake.clock.behind(p, lag(self.app, self._tp(p), done - 1) > 0)
             outs = self.intake.tick(self.clock())
             out = Output()
             for partition, part in outs.items():

@@ -86,7 +86,7 @@ def _write(client: Any, db: str, batch: LedgerBatch, first: int = 0) -> None:
 
 
 def test_migrate_twice_changes_nothing(ch_client: Any, ch_database: str) -> None:
-    assert migrate(ch_client, ch_database) == ["0001_storage", "0002_views"]
+    assert migrate(ch_client, ch_database) == ["0001_storage", "0002_views", "0003_retractions"]
     before = _schema(ch_client, ch_database)
     recorded = ch_client.query(
         f"SELECT version, name, checksum, applied_at FROM {ch_database}.schema_migrations "

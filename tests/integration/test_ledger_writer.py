@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from prism.pipeline._store import LedgerStore
 from prism.schemas import LedgerBatch
 from prism.sinks import LedgerWriteError, LedgerWriter, SourceRange, migrate
 from prism.sinks.testing import (
@@ -100,12 +101,13 @@ def test_persistent_failure_then_recovery_loses_and_doubles_nothing(
     ch_client: Any, ledger: str
 ) -> None:
     hook = FailingInserts(tables={"usage_store"})
-    writer = LedgerWriter(ch_client, ledger, retries=2, sleep=lambda s: None, insert_hook=hook)
+    writer = LedgerWriter(ch_client, ledger, insert_hook=hook)
     writer.add(_full_batch("a"), SourceRange("prism.agent-events", 0, 0, 12))
     hook.failing = True
-    with pytest.raises(LedgerWriteError) as info:
-        writer.flush()
-    assert info.value.table == "usage_store" and info.value.attempts == 3
+    for _ in range(3):  # the caller (LedgerStore) retries; each flush tries once
+        with pytest.raises(LedgerWriteError) as info:
+            writer.flush()
+    assert info.value.table == "usage_store" and info.value.transient
     assert _stored(ch_client, ledger, "usage_store") == 0
     assert _stored(ch_client, ledger, "run_events_store") == 4  # stored before the failure
 
@@ -121,9 +123,9 @@ def test_persistent_failure_then_recovery_loses_and_doubles_nothing(
 
 def test_lost_acknowledgements_add_no_row(ch_client: Any, ledger: str) -> None:
     hook = FailingInserts(failures=2, after=True)  # stored twice, both acks lost, then ok
-    writer = LedgerWriter(ch_client, ledger, retries=3, sleep=lambda s: None, insert_hook=hook)
+    writer = LedgerWriter(ch_client, ledger, insert_hook=hook)
     writer.add(LedgerBatch(usage=[usage_row("u1", "r1"), usage_row("u2", "r1", turn=2)]),
                SourceRange("t", 0, 0, 1))  # fmt: skip
-    result = writer.flush()
-    assert result.attempts == 3 and hook.failed == 2
+    LedgerStore(writer, sleep=lambda s: None).flush()  # retried by the store
+    assert hook.failed == 2
     assert _stored(ch_client, ledger, "usage_store") == 2
