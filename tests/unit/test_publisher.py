@@ -37,11 +37,13 @@ def test_public_names_are_exactly_the_documented_surface() -> None:
         "DEFAULT_LINGER_MS", "DEFAULT_MAX_BATCH_SIZE", "DEFAULT_TOPIC", "DeliveryFailed",
         "EventPublisher", "EventTooLarge", "FullPolicy", "InMemoryPublisher", "InvalidEvent",
         "PublishResult", "PublisherClosed", "PublisherError", "PublisherStats", "Record",
-        "RunEmitter", "new_event_id", "utc_now_rfc3339",
+        "RunEmitter", "new_event_id", "utc_now_rfc3339", "FsyncPolicy", "SpoolError",
     }  # fmt: skip
     for name in runtime.__all__:
         assert getattr(runtime, name) is not None
-    for exc in (EventTooLarge, InvalidEvent, PublisherClosed, runtime.DeliveryFailed):
+    for exc in (
+        EventTooLarge, InvalidEvent, PublisherClosed, runtime.DeliveryFailed, runtime.SpoolError
+    ):  # fmt: skip
         assert issubclass(exc, PublisherError)
 
 
