@@ -1,6 +1,7 @@
 """Development and test tooling: the local Kafka broker, worker subprocesses, the demo, faults.
 
-Nothing here runs in production. ``prism-pipeline devstack kafka up|down|status`` and
+Nothing here runs in production. ``prism-pipeline devstack kafka up|down|status`` (a
+``LocalKafkaCluster`` with ``--brokers 3``) and
 ``make demo`` / ``make test`` use it; the fault-injection suite drives workers through
 ``workerproc`` and ``faults``.
 
@@ -11,6 +12,14 @@ Example::
     broker.up()
 """
 
+from ._cluster import LocalKafkaCluster
 from ._kafka import KAFKA_VERSION, DevstackError, LocalKafka, free_port, kafka_home
 
-__all__ = ["KAFKA_VERSION", "DevstackError", "LocalKafka", "free_port", "kafka_home"]
+__all__ = [
+    "KAFKA_VERSION",
+    "DevstackError",
+    "LocalKafka",
+    "LocalKafkaCluster",
+    "free_port",
+    "kafka_home",
+]
