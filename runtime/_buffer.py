@@ -379,6 +379,7 @@ class BufferedPublisher(Pending, Publisher):
             self._spool.close()
         except OSError as exc:
             log.error("closing the spool at %s failed: %s", self._spool.directory, exc)
+        self._counts["spool_bytes"] = self._spool.size_bytes
         if left:
             log.warning(
                 "event publisher closed with %d undelivered event(s) kept in the spool at %s; "

@@ -345,8 +345,15 @@ class Spool:
         self._active = None
 
     def close(self) -> None:
-        """Sync (unless ``"never"``), close the active segment and release the directory."""
+        """Sync (unless ``"never"``), close the active segment and release the directory.
+
+        Segments holding only delivered records are deleted, so a publisher that closed
+        after delivering everything leaves no segment behind.
+        """
         self._close_fd()
+        for seg in [s for s in self._segments if s.last_seq < self.acked]:
+            seg.path.unlink(missing_ok=True)
+            self._segments.remove(seg)
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
