@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from ._kafka import DevstackError, LocalKafka, free_port
-from ._quorum import partition_state, quorum_leader, registered_brokers
+from ._quorum import partition_state, quorum_leader, registered_brokers, topic_states
 
 __all__ = ["KafkaNode", "LocalKafkaCluster"]
 
@@ -268,26 +268,30 @@ class LocalKafkaCluster:
         """The node id leading ``topic``'s ``partition``."""
         return self.partitions_of(topic)[partition][0]
 
-    def wait_in_sync(self, topics: list[str], timeout: float = 120.0) -> None:
-        """Wait until every partition of ``topics`` has all replicas in sync and a leader."""
-        deadline = time.monotonic() + timeout
-        short: dict[str, Any] = {}
+    def wait_in_sync(self, topics: list[str] | None = None, timeout: float = 120.0) -> float:
+        """Wait until every partition (of ``topics``, default all) has a leader and full ISR.
+
+        Returns the seconds waited. The step a rolling restart takes between two nodes:
+        stopping the next one earlier would leave partitions below ``min.insync.replicas``.
+        """
+        started = time.monotonic()
+        deadline = started + timeout
+        want = min(3, self.brokers)
+        short: Any = None
         while time.monotonic() < deadline:
-            short = {}
-            for topic in topics:
-                try:
-                    state = self.partitions_of(topic)
-                except Exception as exc:  # a node is still joining
-                    short[topic] = repr(exc)
-                    continue
-                lagging = {
-                    p: isr
-                    for p, (leader, isr) in state.items()
-                    if leader < 0 or len(isr) < min(3, self.brokers)
+            try:
+                states = topic_states(self.bootstrap, list(topics or []))
+                short = {
+                    (topic, p): (leader, isr)
+                    for topic, parts in states.items()
+                    for p, (leader, isr) in parts.items()
+                    if leader < 0 or len(isr) < want
                 }
-                if lagging or not state:
-                    short[topic] = lagging
+                if topics and set(topics) - set(states):
+                    short["missing"] = sorted(set(topics) - set(states))
+            except Exception as exc:  # a node is still joining
+                short = repr(exc)
             if not short:
-                return
+                return time.monotonic() - started
             time.sleep(0.5)
         raise DevstackError(f"replicas not in sync within {timeout:.0f}s: {short}")

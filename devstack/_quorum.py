@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["partition_state", "quorum_leader", "registered_brokers"]
+__all__ = ["partition_state", "quorum_leader", "registered_brokers", "topic_states"]
 
 
 async def _metadata(bootstrap: str, topics: list[str] | None) -> dict[str, Any]:
@@ -25,6 +25,8 @@ async def _metadata(bootstrap: str, topics: list[str] | None) -> dict[str, Any]:
         await admin.start()
         if topics is None:
             return await admin.describe_cluster()
+        if not topics:
+            topics = list(await admin.list_topics())
         return {"topics": await admin.describe_topics(topics)}
     finally:
         with contextlib.suppress(Exception):
@@ -45,16 +47,24 @@ def partition_state(bootstrap: str, topic: str) -> dict[int, tuple[int, list[int
 
     Raises ``LookupError`` when the topic is unknown or its metadata carries an error.
     """
-    meta = asyncio.run(_metadata(bootstrap, [topic]))
-    out: dict[int, tuple[int, list[int]]] = {}
+    state = topic_states(bootstrap, [topic])[topic]
+    if not state:
+        raise LookupError(f"topic {topic!r} has no partitions in the cluster's metadata")
+    return state
+
+
+def topic_states(bootstrap: str, topics: list[str]) -> dict[str, dict[int, tuple[int, list[int]]]]:
+    """``partition_state`` of several topics in one request (every topic when empty)."""
+    meta = asyncio.run(_metadata(bootstrap, topics))
+    out: dict[str, dict[int, tuple[int, list[int]]]] = {}
     for t in meta["topics"]:
+        name = t.get("topic", t.get("name"))
         if t.get("error_code", 0):
-            raise LookupError(f"topic {topic!r}: metadata error code {t['error_code']}")
+            raise LookupError(f"topic {name!r}: metadata error code {t['error_code']}")
+        parts = out.setdefault(name, {})
         for p in t["partitions"]:
             isr = p.get("isr", p.get("isr_nodes", []))
-            out[int(p["partition"])] = (int(p["leader"]), sorted(int(i) for i in isr))
-    if not out:
-        raise LookupError(f"topic {topic!r} has no partitions in the cluster's metadata")
+            parts[int(p["partition"])] = (int(p["leader"]), sorted(int(i) for i in isr))
     return out
 
 
