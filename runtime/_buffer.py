@@ -31,9 +31,10 @@ from prism.schemas import MAX_EVENT_BYTES
 
 from ._base import DEFAULT_TOPIC, Publisher, PublishResult
 from ._errors import PublisherClosed
-from ._pending import Entry, FullPolicy, Pending, event_id_of
+from ._pending import Entry, FullPolicy, Pending
 from ._sink import Sink, retriable, stop_quietly
 from ._spool import Spool
+from ._spooling import SPOOL_TICK, Spooling
 from ._stats import RateLimitedLog
 
 __all__ = ["BufferedPublisher", "FullPolicy"]
@@ -41,11 +42,9 @@ __all__ = ["BufferedPublisher", "FullPolicy"]
 log = logging.getLogger("runtime.publisher")
 
 _HAND_OFF_SLICE = 256  # records handed to the sink before yielding to the event loop
-_REFILL = 1024  # records read back from the spool at a time
-_SPOOL_TICK = 0.2  # seconds between spool acknowledgements and interval fsyncs
 
 
-class BufferedPublisher(Pending, Publisher):
+class BufferedPublisher(Spooling, Pending, Publisher):
     """Bounded, never-blocking publisher over any ``Sink`` (base of ``EventPublisher``)."""
 
     def __init__(
@@ -84,12 +83,8 @@ class BufferedPublisher(Pending, Publisher):
         self._task: asyncio.Task[None] | None = None
         self._sink_started = False
         self._closed = False
-        self._gen = 0  # bumped by each rewind: failures of older hand-offs are moot
-        self._rewind_due = False
-        self._disk_from: int | None = None  # first index held only in the spool
+        self._init_spooling()
         self._warn_start = RateLimitedLog(log, logging.WARNING)
-        self._warn_retry = RateLimitedLog(log, logging.WARNING)
-        self._warn_spool = RateLimitedLog(log, logging.ERROR)
         if spool is not None:
             self._low = spool.acked
             if spool.backlog:
@@ -122,22 +117,8 @@ class BufferedPublisher(Pending, Publisher):
             if len(self._buffer) >= self.buffer_size:
                 return False
             self._buffer.append(entry)
-        else:
-            try:
-                if not self._spool.append(entry.index, entry.record):
-                    return False
-            except OSError as exc:  # a full or failing disk is a full spool, never a crash
-                self._warn_spool(
-                    "could not write to the spool at %s: %s: %s (treated as a full spool)",
-                    self._spool.directory, type(exc).__name__, exc,
-                )  # fmt: skip
-                return False
-            self._counts["spooled"] += 1
-            self._counts["spool_bytes"] = self._spool.size_bytes
-            if self._disk_from is None and len(self._buffer) < self.buffer_size:
-                self._buffer.append(entry)
-            elif self._disk_from is None:
-                self._disk_from = entry.index
+        elif not self._spool_take(entry):
+            return False
         self._counts["published"] += 1
         self._counts["buffered"] += 1
         if self._task is None:
@@ -219,7 +200,7 @@ class BufferedPublisher(Pending, Publisher):
                 if self._spool is None:
                     await self._wakeup.wait()
                 else:  # wake now and then to acknowledge deliveries and fsync
-                    await _wait(self._wakeup, _SPOOL_TICK)
+                    await _wait(self._wakeup, SPOOL_TICK)
                 continue
             for _ in range(_HAND_OFF_SLICE):
                 if not self._buffer or self._rewind_due:
@@ -243,63 +224,6 @@ class BufferedPublisher(Pending, Publisher):
                     fut.add_done_callback(self._on_delivery)
             self._notify_flushers()
             await asyncio.sleep(0)
-
-    def _refill(self) -> None:
-        """Read the next records that live only in the spool into the (empty) deque."""
-        assert self._spool is not None and self._disk_from is not None
-        records, after = self._spool.read(self._disk_from, _REFILL)
-        expected = self._disk_from
-        for index, record in records:
-            self._forget(expected, index)  # gaps: never written, or lost to corruption
-            expected = index + 1
-            if not self._is_settled(index):  # not already delivered before a rewind
-                self._buffer.append(Entry(index, record, None))
-                self._counts["replayed"] += 1
-        if after >= self._spool.next_seq:
-            self._forget(expected, self._spool.next_seq)
-            self._disk_from = None
-        else:
-            self._disk_from = after
-
-    def _tend_spool(self) -> None:
-        """Acknowledge settled records (freeing whole segments) and fsync when due."""
-        spool = self._spool
-        if spool is None:
-            return
-        if self._low > spool.acked:
-            try:
-                if spool.ack(self._low):
-                    self._promote()
-            except OSError as exc:
-                self._warn_spool("could not acknowledge the spool: %s: %s", type(exc).__name__, exc)
-            self._counts["spool_bytes"] = spool.size_bytes
-        try:
-            spool.sync_if_due()
-        except OSError as exc:
-            self._warn_spool("could not fsync the spool: %s: %s", type(exc).__name__, exc)
-
-    def _retry_later(self, entry: Entry, exc: BaseException) -> None:
-        """A delivery failed for a reason that may pass: send again from the spool."""
-        if entry.gen != self._gen or self._rewind_due:
-            return  # already rewound past it
-        self._rewind_due = True
-        self._counts["retried"] += 1
-        self._warn_retry(
-            "could not deliver event %r to topic %r (%s: %s); it stays in the spool and is "
-            "sent again once the broker takes records",
-            entry.event_id or event_id_of(entry.record), self.topic, type(exc).__name__, exc,
-        )  # fmt: skip
-        if self._wakeup is not None:
-            self._wakeup.set()
-
-    async def _rewind(self) -> None:
-        """Drop the deque, replace the producer, read on from the oldest unsettled record."""
-        assert self._spool is not None
-        self._rewind_due = False
-        self._gen += 1
-        self._buffer.clear()
-        self._disk_from = self._low if self._low < self._spool.next_seq else None
-        await self._restart_sink()
 
     def _on_delivery(self, fut: asyncio.Future[Any]) -> None:
         entry = self._inflight.pop(fut, None)
@@ -370,22 +294,6 @@ class BufferedPublisher(Pending, Publisher):
                 "the broker was unreachable or close() had too short a timeout",
                 left,
             )
-
-    def _close_spool(self) -> None:
-        assert self._spool is not None
-        self._tend_spool()
-        left = self._counts["buffered"]
-        try:
-            self._spool.close()
-        except OSError as exc:
-            log.error("closing the spool at %s failed: %s", self._spool.directory, exc)
-        self._counts["spool_bytes"] = self._spool.size_bytes
-        if left:
-            log.warning(
-                "event publisher closed with %d undelivered event(s) kept in the spool at %s; "
-                "the next publisher on that directory sends them",
-                left, self._spool.directory,
-            )  # fmt: skip
 
     async def __aenter__(self) -> Self:
         await self.start()

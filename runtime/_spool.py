@@ -96,6 +96,7 @@ class Spool:
         self._dirty = False
         self._last_sync = time.monotonic()
         self._cursor: tuple[Segment, int, int] | None = None  # where the last read stopped
+        self._ack_synced = True
         self.acked = self._read_ack()
         scanned = [self._scan(p) for p in sorted(self.directory.glob(f"*{_SUFFIX}"))]
         self._segments = sorted((s for s in scanned if s is not None), key=lambda s: s.first_seq)
@@ -303,7 +304,9 @@ class Spool:
     def ack(self, watermark: int) -> bool:
         """Every record below ``watermark`` is delivered: persist it, delete spent segments.
 
-        Returns ``True`` when space was freed.
+        Returns ``True`` when space was freed. The ack file is synced at once only under
+        ``"always"`` (otherwise at ``close()``): a lost acknowledgement only means records
+        sent again, which the pipeline drops by ``eventId``.
         """
         if watermark <= self.acked:
             return False
@@ -312,10 +315,11 @@ class Spool:
         tmp = self.directory / "ack.tmp"
         with open(tmp, "wb") as f:
             f.write(_ACK.pack(watermark, zlib.crc32(raw)))
-            if self.fsync != "never":
+            if self.fsync == "always":
                 f.flush()
                 os.fsync(f.fileno())
         os.replace(tmp, self.directory / "ack")
+        self._ack_synced = self.fsync == "always"
         return self._drop_acked()
 
     def _drop_acked(self) -> bool:
@@ -354,6 +358,14 @@ class Spool:
         for seg in [s for s in self._segments if s.last_seq < self.acked]:
             seg.path.unlink(missing_ok=True)
             self._segments.remove(seg)
+        if not self._ack_synced and self.fsync != "never":
+            fd = os.open(self.directory / "ack", os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            _sync_dir(self.directory)
+            self._ack_synced = True
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
