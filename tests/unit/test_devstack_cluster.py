@@ -103,3 +103,16 @@ def test_cli_status_of_a_cluster_never_started_lists_every_node(tmp_path: Path) 
     assert [ln.split(":")[0] for ln in lines] == ["node 1", "node 2", "node 3"]
     assert all(ln.endswith("stopped") for ln in lines)
     assert "127.0.0.1:29502" in lines[2]
+
+
+def test_nodes_start_java_through_a_wrapper_that_adds_their_jvm_options(tmp_path: Path) -> None:
+    node = LocalKafkaCluster(tmp_path, brokers=3, port=29600).nodes[0]
+    node.use_jvm_options()
+    wrapper = tmp_path / "node-1" / "java"
+    assert node.java == str(wrapper)
+    assert wrapper.stat().st_mode & 0o111
+    out = subprocess.run([node.java, "-version"], capture_output=True, text=True, check=False)
+    assert out.returncode == 0 and "version" in out.stderr
+    assert "-XX:TieredStopAtLevel=1" in wrapper.read_text()
+    node.use_jvm_options()  # idempotent: never a wrapper around the wrapper
+    assert node.java == str(wrapper) and wrapper.read_text().count("exec") == 1
