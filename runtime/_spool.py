@@ -322,6 +322,12 @@ class Spool:
         self._ack_synced = self.fsync == "always"
         return self._drop_acked()
 
+    def can_free(self, watermark: int) -> bool:
+        """Whether ``ack(watermark)`` (or the next ``append``) could delete a segment."""
+        return watermark > self.acked and any(
+            seg.records and seg.last_seq < watermark for seg in self._segments
+        )
+
     def _drop_acked(self) -> bool:
         keep, freed = [], False
         for seg in self._segments:

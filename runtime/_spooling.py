@@ -60,8 +60,9 @@ class Spooling:
         assert self._spool is not None
         try:
             if not self._spool.append(entry.index, entry.record):
-                if self._low <= self._spool.acked or not self._spool.ack(self._low):
+                if not self._spool.can_free(self._low):
                     return False  # full of undelivered records
+                self._spool.ack(self._low)  # then append reclaims what was delivered
                 if not self._spool.append(entry.index, entry.record):
                     return False
         except OSError as exc:  # a full or failing disk is a full spool, never a crash

@@ -213,6 +213,8 @@ def test_the_spool_never_grows_past_max_bytes_and_acks_make_room(tmp_path: Path)
         i += 1
     assert 20 < i < 60 and spool.size_bytes <= 4096
     assert not spool.append(i, rec(i))
+    assert not spool.can_free(3)  # the first segment still holds undelivered records
+    assert spool.can_free(i)
     assert spool.ack(i)  # all delivered: spent segments go (the active one too when needed)
     fill(spool, range(i, 2 * i - 3))  # nearly as many again
     assert spool.size_bytes <= 4096
