@@ -1,7 +1,8 @@
 """``python -m bench``: run the benchmarks, print one table and the targets, write the JSON.
 
 Order: the pipeline parts (``baseline``, ``worker``, ``freshness``; one broker, one fleet),
-then ``publisher`` (its own broker), ``parse`` and ``ledger``. A benchmark that fails is
+then ``publisher`` (its own broker), ``parse``, ``ledger`` and ``scaleout`` (its own broker;
+1, 2 and 3 worker processes in one group). A benchmark that fails is
 reported and the rest still run; the exit code is then 1. Targets are reported, never
 asserted: each shows the measured value and "met", "not met" or "not measured".
 """
@@ -35,7 +36,7 @@ __all__ = [
 ]
 
 PIPELINE_PARTS = ("baseline", "worker", "freshness")
-MODULE_BENCHES = ("publisher", "parse", "ledger")
+MODULE_BENCHES = ("publisher", "parse", "ledger", "scaleout")
 NAMES = (*PIPELINE_PARTS, *MODULE_BENCHES)
 ALIASES = {"pipeline": PIPELINE_PARTS, "all": NAMES}
 RESULTS_DIR = Path(__file__).resolve().parent.parent / ".bench"

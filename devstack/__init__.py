@@ -1,6 +1,7 @@
 """Development and test tooling: the local Kafka broker, worker subprocesses, the demo, faults.
 
-Nothing here runs in production. ``prism-pipeline devstack kafka up|down|status`` and
+Nothing here runs in production. ``prism-pipeline devstack kafka up|down|status`` (a
+``LocalKafkaCluster`` with ``--brokers 3``) and
 ``make demo`` / ``make test`` use it; the fault-injection suite drives workers through
 ``workerproc`` and ``faults``.
 
@@ -11,6 +12,7 @@ Example::
     broker.up()
 """
 
+from ._cluster import LocalKafkaCluster
 from ._kafka import (
     KAFKA_VERSION,
     PORT_VARIABLE,
@@ -25,6 +27,7 @@ __all__ = [
     "PORT_VARIABLE",
     "DevstackError",
     "LocalKafka",
+    "LocalKafkaCluster",
     "free_port",
     "kafka_home",
 ]

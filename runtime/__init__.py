@@ -29,6 +29,7 @@ from ._errors import DeliveryFailed, EventTooLarge, InvalidEvent, PublisherClose
 from ._ids import new_event_id, utc_now_rfc3339
 from ._memory import InMemoryPublisher
 from ._publisher import DEFAULT_LINGER_MS, DEFAULT_MAX_BATCH_SIZE, EventPublisher
+from ._spool import FsyncPolicy, SpoolError
 from ._stats import PublisherStats
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "DeliveryFailed",
     "EventPublisher",
     "EventTooLarge",
+    "FsyncPolicy",
     "FullPolicy",
     "InMemoryPublisher",
     "InvalidEvent",
@@ -49,6 +51,7 @@ __all__ = [
     "PublisherStats",
     "Record",
     "RunEmitter",
+    "SpoolError",
     "channel_topic_for",
     "new_event_id",
     "utc_now_rfc3339",

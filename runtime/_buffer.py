@@ -1,48 +1,50 @@
 """The bounded buffer between ``publish()`` and a sink, drained by one background task.
 
-``publish()`` never waits for the sink: it appends to a bounded deque and returns. When
-the deque is full the policy decides: ``"drop"`` counts the event in ``dropped_full`` and
-logs a rate-limited warning; ``"wait"`` parks it (FIFO, behind earlier waiters) until
-room appears or ``deadline`` seconds pass, then drops and counts it. The drain task
-starts the sink (retrying with exponential backoff, so a broker that is down never
-blocks or fails ``publish()``), hands records over in publish order and yields to the
-event loop every few records. Every accepted event gets an index; ``flush()`` waits until
-all indexes up to the last one assigned have left the buffer and their deliveries settled.
+``publish()`` never waits for the sink. Without a spool it appends to a bounded deque;
+with one (``runtime._spool``) it writes the record to disk first and keeps it in the deque
+only while there is room, so the deque becomes a cache and the spool's size is the bound.
+When there is no room the policy decides: ``"drop"`` counts the event in ``dropped_full``
+and logs a rate-limited warning; ``"wait"`` parks it (FIFO, behind earlier waiters) until
+room appears or ``deadline`` seconds pass, then drops and counts it. Event types listed in
+``never_drop`` are always parked, for ``never_drop_deadline`` seconds.
+
+The drain task starts the sink (retrying with exponential backoff, so a broker that is
+down never blocks or fails ``publish()``), hands records over in publish order and yields
+to the event loop every few records. With a spool, records that did not fit in the deque
+(and those an earlier process left) are read back from disk in order (``replayed``); a
+delivery that fails for a reason that may pass (broker gone, timeout) rewinds to the
+oldest undelivered record, replaces the producer and sends again from the spool. Every
+accepted event gets an index (its spool sequence number); ``flush()`` waits until every
+index up to the last one assigned has settled.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import deque
-from dataclasses import dataclass, field
-from typing import Any, Literal, Self
+from collections.abc import Collection
+from typing import Any, Self
 
 from prism.schemas import MAX_EVENT_BYTES
 
-from ._base import DEFAULT_TOPIC, Publisher, PublishResult, Record
-from ._errors import DeliveryFailed, PublisherClosed
-from ._sink import Sink, stop_quietly
+from ._base import DEFAULT_TOPIC, Publisher, PublishResult
+from ._errors import PublisherClosed
+from ._pending import Entry, FullPolicy, Pending
+from ._sink import Sink, retriable, stop_quietly
+from ._spool import Spool
+from ._spooling import SPOOL_TICK, Spooling
 from ._stats import RateLimitedLog
 
 __all__ = ["BufferedPublisher", "FullPolicy"]
 
 log = logging.getLogger("runtime.publisher")
 
-FullPolicy = Literal["drop", "wait"]
 _HAND_OFF_SLICE = 256  # records handed to the sink before yielding to the event loop
 
 
-@dataclass(slots=True)
-class _Entry:
-    index: int
-    record: Record
-    event_id: Any
-    deadline: float = 0.0
-    waiter: asyncio.Future[bool] | None = field(default=None)
-
-
-class BufferedPublisher(Publisher):
+class BufferedPublisher(Spooling, Pending, Publisher):
     """Bounded, never-blocking publisher over any ``Sink`` (base of ``EventPublisher``)."""
 
     def __init__(
@@ -55,44 +57,47 @@ class BufferedPublisher(Publisher):
         buffer_size: int = 10_000,
         full_policy: FullPolicy = "drop",
         deadline: float = 1.0,
+        never_drop: Collection[str] = (),
+        never_drop_deadline: float = 30.0,
+        spool: Spool | None = None,
         validate: bool = True,
         raise_errors: bool = False,
         start_backoff: tuple[float, float] = (0.1, 5.0),
     ) -> None:
-        super().__init__(
-            topic=topic, channel_topic=channel_topic, max_event_bytes=max_event_bytes,
+        Publisher.__init__(
+            self, topic=topic, channel_topic=channel_topic, max_event_bytes=max_event_bytes,
             validate=validate, raise_errors=raise_errors,
         )  # fmt: skip
         if buffer_size < 1:
             raise ValueError(f"buffer_size must be >= 1, got {buffer_size!r}")
-        if full_policy not in ("drop", "wait"):
-            raise ValueError(f"full_policy must be 'drop' or 'wait', got {full_policy!r}")
-        if deadline < 0:
-            raise ValueError(f"deadline must be >= 0 seconds, got {deadline!r}")
+        first = 0 if spool is None else spool.next_seq
+        Pending.__init__(
+            self, full_policy, deadline, never_drop, never_drop_deadline, first_index=first
+        )
         self._sink = sink
+        self._spool = spool
         self.buffer_size = buffer_size
-        self.full_policy: FullPolicy = full_policy
-        self.deadline = deadline
         self._backoff_first, self._backoff_max = start_backoff
-        self._buffer: deque[_Entry] = deque()
-        self._waiting: deque[_Entry] = deque()
-        self._sending: _Entry | None = None
-        self._inflight: dict[asyncio.Future[Any], _Entry] = {}
-        self._next_index = 0
-        self._flush_waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._buffer: deque[Entry] = deque()
+        self._inflight: dict[asyncio.Future[Any], Entry] = {}
         self._wakeup: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
-        self._expiry: asyncio.TimerHandle | None = None
         self._sink_started = False
         self._closed = False
-        self._failures: list[tuple[BaseException, str]] = []
-        self._warn_full = RateLimitedLog(log, logging.WARNING)
+        self._init_spooling()
         self._warn_start = RateLimitedLog(log, logging.WARNING)
-        self._log_failure = RateLimitedLog(log, logging.ERROR)
+        if spool is not None:
+            self._low = spool.acked
+            if spool.backlog:
+                self._disk_from = spool.acked
+                self._counts["recovered"] = spool.backlog
+                self._counts["buffered"] = spool.backlog
+            self._counts["spool_corrupt"] = spool.corrupt
+            self._counts["spool_bytes"] = spool.size_bytes
 
     # -- publishing -----------------------------------------------------------------------
     def publish(self, event: Any) -> PublishResult:
-        """Put one event into the buffer and return at once (see ``PublishResult``).
+        """Put one event into the buffer (or spool) and return at once (see ``PublishResult``).
 
         Raises ``EventTooLarge``/``InvalidEvent`` for a bad event, ``PublisherClosed``
         after ``close()``, and (``raise_errors=True`` only) ``DeliveryFailed``. Without a
@@ -105,77 +110,33 @@ class BufferedPublisher(Publisher):
             )
         self._raise_failures()
         wire, record = self.prepare(event)
-        loop = self._loop_or_none()
-        if len(self._buffer) < self.buffer_size and not self._waiting:
-            self._accept(_Entry(self._next_index, record, wire.get("eventId")))
-            self._next_index += 1
-            return PublishResult(wire, True)
-        if self.full_policy == "wait" and loop is not None and self.deadline > 0:
-            entry = _Entry(
-                self._next_index, record, wire.get("eventId"),
-                deadline=loop.time() + self.deadline, waiter=loop.create_future(),
-            )  # fmt: skip
-            self._next_index += 1
-            self._waiting.append(entry)
-            self._counts["waiting"] += 1
-            if self._expiry is None:
-                self._expiry = loop.call_at(entry.deadline, self._expire_waiting)
-            return PublishResult(wire, None, entry.waiter)
-        self._drop_full(1)
-        return PublishResult(wire, False)
+        return self._offer(wire, record)
 
-    def _accept(self, entry: _Entry) -> None:
-        self._buffer.append(entry)
+    def _take(self, entry: Entry) -> bool:
+        """Accept ``entry`` if there is room (memory, or the spool when there is one)."""
+        if self._spool is None:
+            if len(self._buffer) >= self.buffer_size:
+                return False
+            self._buffer.append(entry)
+        elif not self._spool_take(entry):
+            return False
         self._counts["published"] += 1
         self._counts["buffered"] += 1
         if self._task is None:
             self._ensure_task()
         elif self._wakeup is not None:
             self._wakeup.set()
+        return True
 
-    def _drop_full(self, n: int) -> None:
-        self._counts["dropped_full"] += n
-        self._warn_full(
-            "event buffer full (%d events, policy %r): dropped %d, %d in total so far; the "
-            "broker is down or slower than the agents (see publisher.stats), raise "
-            "buffer_size or use full_policy='wait'",
-            self.buffer_size, self.full_policy, n, self._counts["dropped_full"],
-        )  # fmt: skip
-
-    def _promote(self) -> None:
-        """Move waiters whose turn has come into freed buffer room."""
-        while self._waiting and len(self._buffer) < self.buffer_size:
-            entry = self._waiting.popleft()
-            self._counts["waiting"] -= 1
-            self._accept(entry)
-            if entry.waiter is not None and not entry.waiter.done():
-                entry.waiter.set_result(True)
-
-    def _expire_waiting(self) -> None:
-        """Drop (and count) waiters past their deadline; re-arm for the next one."""
-        self._expiry = None
-        loop = asyncio.get_running_loop()
-        now = loop.time()
-        expired = 0
-        while self._waiting and self._waiting[0].deadline <= now:
-            entry = self._waiting.popleft()
-            self._counts["waiting"] -= 1
-            expired += 1
-            if entry.waiter is not None and not entry.waiter.done():
-                entry.waiter.set_result(False)
-        if expired:
-            self._drop_full(expired)
-            self._notify_flushers()
-        if self._waiting:
-            self._expiry = loop.call_at(self._waiting[0].deadline, self._expire_waiting)
+    def _full_message(self) -> str:
+        if self._spool is not None:
+            return (
+                f"event spool full ({self._spool.size_bytes} of {self._spool.max_bytes} bytes "
+                f"at {self._spool.directory})"
+            )
+        return f"event buffer full ({self.buffer_size} events)"
 
     # -- the drain task -------------------------------------------------------------------
-    def _loop_or_none(self) -> asyncio.AbstractEventLoop | None:
-        try:
-            return asyncio.get_running_loop()
-        except RuntimeError:
-            return None
-
     def _ensure_task(self) -> None:
         if self._task is None and self._loop_or_none() is not None:
             self._wakeup = asyncio.Event()
@@ -193,7 +154,11 @@ class BufferedPublisher(Publisher):
             self._task = None
 
     async def start(self) -> None:
-        """Start the background task now (``publish()`` also starts it when needed)."""
+        """Start the background task now (``publish()`` also starts it when needed).
+
+        With a spool that holds events an earlier process left, call it at startup so they
+        are sent at once rather than with the first new event.
+        """
         self._ensure_task()
 
     async def _start_sink(self) -> None:
@@ -205,8 +170,9 @@ class BufferedPublisher(Publisher):
             except Exception as exc:
                 self._warn_start(
                     "could not connect the event publisher (attempt %d, retrying in %.1fs; "
-                    "events wait in the buffer meanwhile): %s: %s",
-                    self._counts["start_attempts"], delay, type(exc).__name__, exc,
+                    "events wait in the %s meanwhile): %s: %s",
+                    self._counts["start_attempts"], delay,
+                    "buffer" if self._spool is None else "spool", type(exc).__name__, exc,
                 )  # fmt: skip
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, self._backoff_max)
@@ -225,28 +191,38 @@ class BufferedPublisher(Publisher):
         if not self._sink_started:
             await self._start_sink()
         while True:
+            if self._rewind_due:
+                await self._rewind()
+            self._tend_spool()
+            if not self._buffer and self._disk_from is not None:
+                self._refill()
             if not self._buffer:
                 self._wakeup.clear()
-                await self._wakeup.wait()
+                if self._spool is None:
+                    await self._wakeup.wait()
+                else:  # wake now and then to acknowledge deliveries and fsync
+                    await _wait(self._wakeup, SPOOL_TICK)
                 continue
             for _ in range(_HAND_OFF_SLICE):
-                if not self._buffer:
+                if not self._buffer or self._rewind_due:
                     break
-                entry = self._sending = self._buffer.popleft()
+                entry = self._buffer.popleft()
                 self._promote()
+                entry.gen = self._gen
                 try:
                     fut = await self._sink.send(entry.record)
                 except asyncio.CancelledError:
                     self._buffer.appendleft(entry)  # still ours: close() counts it
                     raise
                 except Exception as exc:
-                    self._settle(entry, exc)
-                    await self._restart_sink()
+                    if self._spool is not None and retriable(exc):
+                        self._retry_later(entry, exc)
+                    else:
+                        self._settle(entry, exc)
+                        await self._restart_sink()
                 else:
                     self._inflight[fut] = entry
                     fut.add_done_callback(self._on_delivery)
-                finally:
-                    self._sending = None
             self._notify_flushers()
             await asyncio.sleep(0)
 
@@ -254,82 +230,18 @@ class BufferedPublisher(Publisher):
         entry = self._inflight.pop(fut, None)
         if entry is None:
             return
-        if fut.cancelled():
-            self._settle(entry, asyncio.CancelledError("delivery cancelled"))
+        error = asyncio.CancelledError("delivery cancelled") if fut.cancelled() else fut.exception()
+        if error is not None and self._spool is not None and retriable(error):
+            self._retry_later(entry, error)
         else:
-            self._settle(entry, fut.exception())
-
-    def _settle(self, entry: _Entry, error: BaseException | None) -> None:
-        self._counts["buffered"] -= 1
-        if error is None:
-            self._counts["delivered"] += 1
-            return
-        self._counts["delivery_failed"] += 1
-        detail = f"event {entry.event_id!r} (key {entry.record.key.decode(errors='replace')!r})"
-        if self.raise_errors:
-            self._failures.append((error, detail))
-        self._log_failure(
-            "could not deliver %s to topic %r: %s: %s (counted in stats.delivery_failed)",
-            detail, entry.record.topic or self.topic, type(error).__name__, error,
-        )  # fmt: skip
-
-    def _raise_failures(self) -> None:
-        if self._failures:
-            failures, self._failures = self._failures, []
-            raise DeliveryFailed(len(failures), failures[0][0], failures[0][1])
+            self._settle(entry, error)
 
     # -- flush and close ------------------------------------------------------------------
-    def _lowest_pending(self) -> int:
-        if self._sending is not None:
-            return self._sending.index
-        if self._buffer:
-            return self._buffer[0].index
-        if self._waiting:
-            return self._waiting[0].index
-        return self._next_index
-
-    def _notify_flushers(self) -> None:
-        if not self._flush_waiters:
-            return
-        lowest = self._lowest_pending()
-        keep = []
-        for target, fut in self._flush_waiters:
-            if target < lowest:
-                if not fut.done():
-                    fut.set_result(None)
-            else:
-                keep.append((target, fut))
-        self._flush_waiters = keep
-
-    async def flush(self, timeout: float | None = None) -> bool:
-        """Wait until every event published so far is delivered (or failed or dropped).
-
-        Returns ``True`` when they all settled within ``timeout`` seconds, ``False`` when
-        some are still buffered. With ``raise_errors=True`` raises ``DeliveryFailed`` if
-        any delivery failed.
-        """
-        loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else loop.time() + timeout
-        target = self._next_index - 1
-        if self._lowest_pending() <= target:
-            self._ensure_task()
-            fut: asyncio.Future[None] = loop.create_future()
-            self._flush_waiters.append((target, fut))
-            try:
-                await asyncio.wait_for(asyncio.shield(fut), _remaining(loop, deadline))
-            except TimeoutError:
-                return False
-        pending = [f for f, e in self._inflight.items() if e.index <= target]
-        if pending:
-            _, not_done = await asyncio.wait(pending, timeout=_remaining(loop, deadline))
-            if not_done:
-                return False
-        self._raise_failures()
-        return True
-
     async def close(self, timeout: float | None = 10.0) -> bool:
-        """Flush for up to ``timeout`` seconds, then stop; what is left is ``dropped_on_close``.
+        """Flush for up to ``timeout`` seconds, then stop.
 
+        Without a spool, what is left is counted in ``dropped_on_close``; with one, it stays
+        in the spool (still ``buffered``) and the next publisher on that directory sends it.
         Returns ``True`` when everything was delivered (or counted as failed) in time.
         """
         if self._closed:
@@ -348,19 +260,13 @@ class BufferedPublisher(Publisher):
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
-        if self._expiry is not None:
-            self._expiry.cancel()
-            self._expiry = None
+        self._drop_waiting()
         left = len(self._buffer)
-        for entry in self._waiting:  # never found room: dropped for a full buffer
-            if entry.waiter is not None and not entry.waiter.done():
-                entry.waiter.set_result(False)
-        if self._waiting:
-            self._drop_full(len(self._waiting))
-        self._counts["buffered"] -= len(self._buffer)
-        self._counts["waiting"] = 0
+        if self._spool is None:
+            for entry in self._buffer:
+                self._forget(entry.index, entry.index + 1)
+            self._counts["buffered"] -= left
         self._buffer.clear()
-        self._waiting.clear()
         if self._sink_started:
             try:
                 await asyncio.wait_for(self._sink.stop(), _remaining(loop, deadline, floor=1.0))
@@ -373,14 +279,16 @@ class BufferedPublisher(Publisher):
             if fut.done():  # settled by the sink's stop, callback not run yet
                 self._on_delivery(fut)
             else:
-                self._inflight.pop(fut)
-                self._counts["buffered"] -= 1
-                left += 1
+                entry = self._inflight.pop(fut)
+                if self._spool is None:
+                    self._forget(entry.index, entry.index + 1)
+                    self._counts["buffered"] -= 1
+                    left += 1
+        self._release_flushers()
+        if self._spool is not None:
+            self._close_spool()
+            return
         self._counts["dropped_on_close"] += left
-        for _, fut in self._flush_waiters:
-            if not fut.done():
-                fut.set_result(None)
-        self._flush_waiters.clear()
         if left:
             log.warning(
                 "event publisher closed with %d undelivered event(s) (stats.dropped_on_close); "
@@ -394,6 +302,11 @@ class BufferedPublisher(Publisher):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+async def _wait(event: asyncio.Event, timeout: float) -> None:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(event.wait(), timeout)
 
 
 def _remaining(

@@ -6,7 +6,9 @@ Hierarchy::
     ├── EventTooLarge (+ ValueError)   an event's wire form exceeds ``max_event_bytes``
     ├── InvalidEvent (+ ValueError)    an event violates the contract (``.reason``)
     ├── PublisherClosed                ``publish()`` after ``close()``
-    └── DeliveryFailed                 the broker did not take events (``raise_errors=True`` only)
+    ├── DeliveryFailed                 the broker did not take events (``raise_errors=True`` only)
+    └── SpoolError                     the on-disk spool cannot be used (a bad setting, a
+                                       directory held by another process)
 
 ``EventTooLarge``, ``InvalidEvent`` and ``PublisherClosed`` are programming errors in the
 runtime and always raise from ``publish()``/``emit()``. Delivery failures are counted and
@@ -21,6 +23,7 @@ __all__ = [
     "InvalidEvent",
     "PublisherClosed",
     "PublisherError",
+    "SpoolError",
 ]
 
 
@@ -77,3 +80,7 @@ class DeliveryFailed(PublisherError):
             f"{type(first_error).__name__}: {first_error}. Check that the broker is reachable "
             "and the topic accepts records of this size."
         )
+
+
+class SpoolError(PublisherError):
+    """The spool cannot be used: a bad setting, or its directory is held by another process."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
+from pathlib import Path
 from typing import Any
 
 from prism.schemas import MAX_EVENT_BYTES
@@ -9,6 +11,7 @@ from prism.schemas import MAX_EVENT_BYTES
 from ._base import DEFAULT_TOPIC
 from ._buffer import BufferedPublisher, FullPolicy
 from ._sink import KafkaSink
+from ._spool import DEFAULT_SEGMENT_BYTES, DEFAULT_SPOOL_BYTES, FsyncPolicy, Spool
 
 __all__ = ["DEFAULT_LINGER_MS", "DEFAULT_MAX_BATCH_SIZE", "EventPublisher"]
 
@@ -33,11 +36,22 @@ class EventPublisher(BufferedPublisher):
     ``acks="all"``. ``publish()``
     only appends to a bounded buffer; a background task connects (retrying with backoff
     while the broker is down) and sends. A full buffer drops and counts (``"drop"``) or
-    parks the event for up to ``deadline`` seconds (``"wait"``). Delivery failures are
-    counted and logged, and raised from ``publish``/``flush``/``close`` only with
-    ``raise_errors=True``. Other ``producer_kwargs`` (security, ``client_id``, timeouts)
-    go to ``AIOKafkaProducer`` as given. Call it from the event loop's thread (or from
-    synchronous code before the loop runs; the buffer is sent once it does).
+    parks the event for up to ``deadline`` seconds (``"wait"``); types in ``never_drop``
+    (e.g. ``{"usage_recorded"}``) are always parked, for up to ``never_drop_deadline``.
+    Delivery failures are counted and logged, and raised from ``publish``/``flush``/
+    ``close`` only with ``raise_errors=True``. Other ``producer_kwargs`` (security,
+    ``client_id``, timeouts) go to ``AIOKafkaProducer`` as given. Call it from the event
+    loop's thread (or from synchronous code before the loop runs; the buffer is sent
+    once it does).
+
+    With ``spool_dir``, every event is first written to an on-disk spool of at most
+    ``spool_max_bytes`` (``runtime._spool``; ``fsync`` is ``"always"``, ``"interval"`` or
+    ``"never"``), so a broker outage fills the disk instead of dropping, and what a
+    crashed or closed process did not deliver is sent, in order, by the next publisher
+    on that directory (call ``await publisher.start()`` at startup). The buffer then
+    only caches the newest records; the drop policy applies when the spool is full.
+    Records may reach the topic twice (a crash before the acknowledgement was written);
+    the pipeline drops the copies by ``eventId``. One process per spool directory.
 
     Example::
 
@@ -61,6 +75,13 @@ class EventPublisher(BufferedPublisher):
         deadline: float = 1.0,
         linger_ms: int = DEFAULT_LINGER_MS,
         max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
+        never_drop: Collection[str] = (),
+        never_drop_deadline: float = 30.0,
+        spool_dir: str | Path | None = None,
+        spool_max_bytes: int = DEFAULT_SPOOL_BYTES,
+        spool_segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+        fsync: FsyncPolicy = "interval",
+        fsync_interval: float = 1.0,
         validate: bool = True,
         raise_errors: bool = False,
         start_backoff: tuple[float, float] = (0.1, 5.0),
@@ -82,6 +103,12 @@ class EventPublisher(BufferedPublisher):
             "linger_ms": linger_ms,
             "max_batch_size": max_batch_size,
         }
+        spool = None
+        if spool_dir is not None:
+            spool = Spool(
+                spool_dir, max_bytes=spool_max_bytes, segment_bytes=spool_segment_bytes,
+                fsync=fsync, fsync_interval=fsync_interval,
+            )  # fmt: skip
         super().__init__(
             KafkaSink(topic, kwargs),
             topic=topic,
@@ -90,14 +117,19 @@ class EventPublisher(BufferedPublisher):
             buffer_size=buffer_size,
             full_policy=full_policy,
             deadline=deadline,
+            never_drop=never_drop,
+            never_drop_deadline=never_drop_deadline,
+            spool=spool,
             validate=validate,
             raise_errors=raise_errors,
             start_backoff=start_backoff,
         )
         self.bootstrap_servers = bootstrap_servers
+        self.spool_dir = None if spool is None else spool.directory
 
     def __repr__(self) -> str:
+        spool = "" if self.spool_dir is None else f", spool_dir={str(self.spool_dir)!r}"
         return (
             f"EventPublisher(bootstrap_servers={self.bootstrap_servers!r}, topic={self.topic!r}, "
-            f"buffer_size={self.buffer_size}, full_policy={self.full_policy!r})"
+            f"buffer_size={self.buffer_size}, full_policy={self.full_policy!r}{spool})"
         )

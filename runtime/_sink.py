@@ -7,10 +7,11 @@ import logging
 from typing import Any, Protocol
 
 from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError, ProducerClosed
 
 from ._base import Record
 
-__all__ = ["KafkaSink", "Sink", "stop_quietly"]
+__all__ = ["KafkaSink", "Sink", "retriable", "stop_quietly"]
 
 log = logging.getLogger("runtime.publisher")
 
@@ -70,3 +71,17 @@ async def stop_quietly(closable: Sink | AIOKafkaProducer) -> None:
         await closable.stop()
     except Exception as exc:
         log.debug("stopping %r: %s: %s", closable, type(exc).__name__, exc)
+
+
+def retriable(error: BaseException) -> bool:
+    """Whether a failed delivery may succeed if sent again later (the spool then keeps it).
+
+    Connection loss, timeouts, a closed producer and the broker's retriable errors (no
+    leader, not enough replicas, ...) may pass; a record the broker refuses for what it
+    is (too large, not authorised, invalid topic) never will.
+    """
+    if isinstance(error, KafkaConnectionError | KafkaTimeoutError | ProducerClosed):
+        return True
+    if isinstance(error, KafkaError):
+        return bool(error.retriable)
+    return isinstance(error, OSError | TimeoutError | asyncio.CancelledError)

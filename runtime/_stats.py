@@ -13,11 +13,22 @@ __all__ = ["PublisherStats", "RateLimitedLog"]
 class PublisherStats:
     """Counters of one publisher at one moment (``publisher.stats``).
 
-    ``published`` counts events accepted into the buffer; each of them ends up
+    ``published`` counts events accepted into the buffer (or spool); each of them ends up
     ``delivered``, ``delivery_failed`` or ``dropped_on_close``, or is still ``buffered``
-    (in the buffer or in flight to the broker). Events never accepted are counted in
-    ``dropped_full`` (buffer full), ``rejected_oversize`` or ``rejected_invalid``;
-    ``waiting`` counts events of the ``"wait"`` policy still waiting for room.
+    (in the buffer, the spool, or in flight to the broker). Events never accepted are
+    counted in ``dropped_full`` (no room: the buffer, or with a spool the spool, is full),
+    ``dropped_never_drop`` (a ``never_drop`` type that found no room before its deadline),
+    ``rejected_oversize`` or ``rejected_invalid``; ``waiting`` counts parked events still
+    waiting for room.
+
+    With a spool: ``spooled`` counts events written to it (every accepted one),
+    ``recovered`` the undelivered events an earlier process left in it (they start out
+    ``buffered``: ``published + recovered = delivered + delivery_failed + buffered``),
+    ``replayed`` records read back from disk and handed to the broker (an earlier
+    process's, those that overflowed the in-memory buffer, and re-sends), ``retried``
+    the rewinds after a delivery failed for a passing reason (its records are sent again
+    from the spool, never counted as failed), ``spool_corrupt`` the torn or damaged
+    segment tails skipped, and ``spool_bytes`` the spool's size on disk now.
     """
 
     published: int = 0
@@ -30,6 +41,13 @@ class PublisherStats:
     buffered: int = 0
     waiting: int = 0
     start_attempts: int = 0
+    dropped_never_drop: int = 0
+    spooled: int = 0
+    recovered: int = 0
+    replayed: int = 0
+    retried: int = 0
+    spool_corrupt: int = 0
+    spool_bytes: int = 0
 
     def as_dict(self) -> dict[str, int]:
         """The counters as a plain dict (for logs and metrics)."""

@@ -1,4 +1,4 @@
-"""``prism-pipeline devstack kafka up|down|status``: the scripted local Kafka broker."""
+"""``prism-pipeline devstack kafka up|down|status``: the scripted local broker or cluster."""
 
 from __future__ import annotations
 
@@ -6,16 +6,37 @@ import argparse
 import os
 from pathlib import Path
 
-from prism.devstack import LocalKafka
+from prism.devstack import LocalKafka, LocalKafkaCluster
+
+_SINGLE_DIR, _CLUSTER_DIR = ".data/kafka", ".data/kafka-cluster"
+
+
+def _brokers(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= 9:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 1 to 9, got {text!r}")
+    return value
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "devstack",
-        help="run a real local Kafka broker (KRaft) for demos and tests",
+        help="run a real local Kafka broker or cluster (KRaft) for demos and tests",
         description=(
             "Fetches Apache Kafka's jars from Maven Central once (devstack/kafka/lib) and "
-            "runs a single broker+controller on 127.0.0.1."
+            "runs a single broker+controller on 127.0.0.1, or with --brokers N a local "
+            "cluster of N nodes (each one broker and controller, own ports and folder) whose "
+            "topics default to replication factor min(3, N) and min.insync.replicas=2."
+        ),
+        epilog=(
+            "examples: prism-pipeline devstack kafka up; "
+            "prism-pipeline devstack kafka up --brokers 3 --port 19092 "
+            "(brokers on 19092-19094; then PRISM_KAFKA_BOOTSTRAP_SERVERS="
+            "127.0.0.1:19092,127.0.0.1:19093,127.0.0.1:19094 PRISM_REPLICATION_FACTOR=3); "
+            "prism-pipeline devstack kafka down --brokers 3"
         ),
     )
     p.add_argument("service", choices=["kafka"], help="the service to control")
@@ -23,20 +44,36 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--port",
         type=int,
-        default=int(os.environ.get("PRISM_KAFKA_PORT", "9092")),
-        help="listener port on 127.0.0.1 (env PRISM_KAFKA_PORT, default 9092)",
+        default=None,
+        help="listener port on 127.0.0.1 of the (first) broker; a cluster's others follow "
+        "it (env PRISM_KAFKA_PORT, default 9092)",
+    )
+    p.add_argument(
+        "--brokers",
+        type=_brokers,
+        default=1,
+        metavar="N",
+        help="1 (default): one broker+controller; N > 1: a local KRaft cluster of N nodes "
+        "(down and status find a cluster from its state directory)",
     )
     p.add_argument(
         "--state-dir",
         type=Path,
-        default=Path(os.environ.get("PRISM_KAFKA_STATE_DIR", ".data/kafka")),
-        help="broker data, config, log and pid file (default .data/kafka)",
+        default=None,
+        help=f"data, config, logs and pid files (default {_SINGLE_DIR}, or {_CLUSTER_DIR} "
+        "with --brokers > 1; env PRISM_KAFKA_STATE_DIR)",
     )
     p.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
-    broker = LocalKafka(state_dir=args.state_dir, port=args.port)
+    default = _CLUSTER_DIR if args.brokers > 1 else _SINGLE_DIR
+    state_dir = args.state_dir or Path(os.environ.get("PRISM_KAFKA_STATE_DIR", default))
+    cluster = LocalKafkaCluster.found_in(state_dir) if args.action != "up" else None
+    if args.brokers > 1 or cluster is not None:
+        return _run_cluster(args, cluster or LocalKafkaCluster(state_dir, args.brokers, args.port))
+    port = args.port or int(os.environ.get("PRISM_KAFKA_PORT", "9092"))
+    broker = LocalKafka(state_dir=state_dir, port=port)
     if args.action == "up":
         broker.up()
         print(f"kafka up on {broker.bootstrap} (log: {broker.log_file})")
@@ -45,4 +82,22 @@ def _run(args: argparse.Namespace) -> int:
         print("kafka stopped")
     else:
         print(broker.status())
+    return 0
+
+
+def _run_cluster(args: argparse.Namespace, cluster: LocalKafkaCluster) -> int:
+    if args.action == "up":
+        cluster.up()
+        print(f"kafka cluster of {cluster.brokers} brokers up on {cluster.bootstrap}")
+        print(
+            f"topics default to replication factor {min(3, cluster.brokers)}, "
+            f"min.insync.replicas {min(2, cluster.brokers)}; logs: "
+            f"{cluster.state_dir}/node-*/broker.log"
+        )
+    elif args.action == "down":
+        cluster.down()
+        print(f"kafka cluster of {cluster.brokers} brokers stopped")
+    else:
+        for line in cluster.status():
+            print(line)
     return 0

@@ -101,7 +101,8 @@ class Processor:
                 self._index(RunState.from_bytes(value))
             elif key == self.meta_key:
                 meta = orjson.loads(value)
-                self.clock.set_mark(self.partition, max(self.clock.mark(self.partition), meta["wm"]))
+                mark = max(self.clock.mark(self.partition), meta["wm"])
+                self.clock.set_mark(self.partition, mark)
                 self.next_offset = meta.get("no")
         self._retire = deque(sorted(self._retire))
         self._shrink = deque(sorted(self._shrink))

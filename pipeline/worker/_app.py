@@ -279,8 +279,12 @@ class PipelineWorker:
             await asyncio.to_thread(self.store, out)
             await self._publish(out, {})
             await self._notify(rows)
-        with event_context(events[-1]):
-            self.alert_state[_ALERTER_KEY] = alerter.to_bytes()
+        try:
+            with event_context(events[-1]):
+                self.alert_state[_ALERTER_KEY] = alerter.to_bytes()
+        except Exception:  # the partition moved away mid-batch: its new owner recovers it
+            log.warning("alerter state not written: limit-deaths was reassigned", exc_info=True)
+            self.alerter = None
 
     def _alerter(self) -> ExhaustionAlerter:
         if self.alerter is None:

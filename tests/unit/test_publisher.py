@@ -38,11 +38,13 @@ def test_public_names_are_exactly_the_documented_surface() -> None:
         "ChannelEmitter", "DeliveryFailed", "EventPublisher", "EventTooLarge", "FullPolicy",
         "InMemoryPublisher", "InvalidEvent", "PublishResult", "PublisherClosed",
         "PublisherError", "PublisherStats", "Record", "RunEmitter", "channel_topic_for",
-        "new_event_id", "utc_now_rfc3339",
+        "new_event_id", "utc_now_rfc3339", "FsyncPolicy", "SpoolError",
     }  # fmt: skip
     for name in runtime.__all__:
         assert getattr(runtime, name) is not None
-    for exc in (EventTooLarge, InvalidEvent, PublisherClosed, runtime.DeliveryFailed):
+    for exc in (
+        EventTooLarge, InvalidEvent, PublisherClosed, runtime.DeliveryFailed, runtime.SpoolError
+    ):  # fmt: skip
         assert issubclass(exc, PublisherError)
 
 
