@@ -21,7 +21,13 @@ from datetime import UTC, datetime
 from itertools import islice
 from typing import Any, BinaryIO, Protocol
 
-from prism.schemas import ContractViolation, DeadLetterRow, LedgerBatch, parse_batch
+from prism.schemas import (
+    ContractViolation,
+    DeadLetterRow,
+    LedgerBatch,
+    dead_letter_preview,
+    parse_batch,
+)
 
 from .core import CoreConfig, Delivery, ExhaustionAlerter, Output, Processor
 
@@ -81,14 +87,20 @@ def dead_letter_row(
     offset: int,
     received_at: datetime,
 ) -> DeadLetterRow:
-    """The dead-letter row of a record that could not be parsed or breaks the contract."""
+    """The dead-letter row of a record that could not be parsed or breaks the contract.
+
+    The ledger keeps the size, hash and a redacted preview; the bytes stay on the DLQ topic.
+    """
+    kept = dead_letter_preview(raw)
     return DeadLetterRow(
         source=source,
         partition=partition,
         offset=offset,
         code=violation.code,
         reason=violation.reason,
-        raw=raw,
+        size=kept.size,
+        sha256=kept.sha256,
+        preview=kept.preview,
         received_at=received_at,
     )
 

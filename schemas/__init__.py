@@ -13,7 +13,8 @@ exception, a ``ValueError``) whose ``code`` is ``unparsable``, ``oversized`` or
 
 Python attributes are snake_case; the wire form (``event_to_wire``) is camelCase. Event
 types the contract does not list parse into ``UnknownEvent``; ``is_terminal_agent_event_type``
-is the one terminal predicate.
+is the one terminal predicate. ``dead_letter_preview`` and ``redact_unknown_data`` keep
+content sent by mistake (prompts, tool arguments and results, secrets) out of the ledger.
 """
 
 from prism.schemas._constants import (
@@ -99,8 +100,18 @@ from prism.schemas._payloads import (
     ToolsInfo,
     Usage,
 )
+from prism.schemas._redact import (
+    DEFAULT_DENY,
+    DeadLetterPreview,
+    dead_letter_preview,
+    deny_list,
+    is_denied_key,
+    mask_secrets,
+    redact_unknown_data,
+)
 
 __all__ = [
+    "DEFAULT_DENY",
     "EVENT_JSON_SCHEMA_ID",
     "EVENT_JSON_SCHEMA_PATH",
     "KNOWN_EVENT_CLASSES",
@@ -129,6 +140,7 @@ __all__ = [
     "ChildMilestoneData",
     "ClosestAxis",
     "ContractViolation",
+    "DeadLetterPreview",
     "DeadLetterRow",
     "DelegationChildEventsCapped",
     "DelegationChildEventsCappedData",
@@ -170,10 +182,15 @@ __all__ = [
     "UsageRecordedData",
     "UsageRow",
     "ViolationCode",
+    "dead_letter_preview",
+    "deny_list",
     "event_json_schema",
     "event_to_wire",
+    "is_denied_key",
     "is_terminal_agent_event_type",
+    "mask_secrets",
     "parse_batch",
     "parse_event",
+    "redact_unknown_data",
     "render_event_json_schema",
 ]

@@ -67,7 +67,7 @@ class RenderedMigration:
 def load_migrations() -> list[Migration]:
     """The migration files shipped in ``sinks/migrations``, by version."""
     found: list[Migration] = []
-    for entry in resources.files("sinks").joinpath("migrations").iterdir():
+    for entry in resources.files("prism.sinks").joinpath("migrations").iterdir():
         match = _FILE_RE.match(entry.name)
         if match:
             found.append(Migration(int(match[1]), match[2], entry.read_text(encoding="utf-8")))

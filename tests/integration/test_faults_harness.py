@@ -192,7 +192,7 @@ q = client_query(client)
 ids = [r[0] for r in client.query("SELECT event_id FROM prism.run_events").result_rows]
 stored = client.query("SELECT partition, max(offset) FROM prism.run_events_store "
                       "WHERE source = {t:String} GROUP BY partition", parameters={"t": topic})
-dead = client.query("SELECT partition, offset, code, reason, lower(hex(SHA256(raw))) "
+dead = client.query("SELECT partition, offset, code, reason, sha256 "
                     "FROM prism.dead_letters WHERE source = {t:String}", parameters={"t": topic})
 alerts = client.query("SELECT alert_id, rule, state FROM prism.alerts").result_rows
 report = dict(snapshot=snapshot(q, "prism"), contents=ledger_contents(q, "prism"),

@@ -27,9 +27,9 @@ def _all_statements(**kw: object) -> list[str]:
     return [s for r in render_migrations("prism", **kw) for s in r.statements]  # type: ignore[arg-type]
 
 
-def test_migrations_are_numbered_from_one_without_gaps() -> None:
+def test_migrations_are_numbered_from_one_in_order() -> None:
     versions = [m.version for m in load_migrations()]
-    assert versions == list(range(1, len(versions) + 1))
+    assert versions[0] == 1 and versions == sorted(set(versions))
 
 
 def test_single_node_ddl() -> None:
@@ -66,21 +66,53 @@ def test_cluster_ddl_is_replicated_and_on_cluster() -> None:
         assert "replicated_deduplication_window = 10000" in ddl, table
         assert "non_replicated" not in ddl
     assert "INTERVAL 30 DAY" in creates["run_events_store"]
-    views = [s for s in statements if s.startswith("CREATE OR REPLACE VIEW")]
+    views = {s.split()[4] for s in statements if s.startswith("CREATE OR REPLACE VIEW")}
     assert len(views) == 9
-    assert all(v.startswith("CREATE OR REPLACE VIEW prism.") for v in views)
+    assert all(v.startswith("prism.") for v in views)
 
 
-def test_storage_columns_are_the_ledger_row_fields_in_order() -> None:
-    creates = _creates(_all_statements())
-    for table, row_class in STORAGE_TABLES.values():
-        body = creates[table].split("(\n", 1)[1].split("\n)\nENGINE", 1)[0]
-        names = [
+# Columns a table keeps for rows written by older versions; the writer no longer fills them.
+RETIRED = {"dead_letters_store": {"raw"}}
+_ADD_RE = re.compile(r"ADD COLUMN IF NOT EXISTS (\w+) .*? AFTER (\w+)")
+
+
+def _table_columns(statements: list[str]) -> dict[str, list[str]]:
+    """Each storage table's columns after every CREATE and ALTER ... ADD COLUMN, in order."""
+    tables: dict[str, list[str]] = {}
+    for table, ddl in _creates(statements).items():
+        body = ddl.split("(\n", 1)[1].split("\n)\nENGINE", 1)[0]
+        tables[table] = [
             line.split()[0]
             for line in body.splitlines()
             if line.strip() and not line.strip().startswith("INDEX")
         ]
-        assert tuple(names) == columns_of(row_class), table
+    for st in statements:
+        m = re.match(r"ALTER TABLE \w+\.(\w+)", st)
+        for name, after in _ADD_RE.findall(st) if m else []:
+            columns = tables[m[1]]
+            columns.insert(columns.index(after) + 1, name)
+    return tables
+
+
+def test_storage_columns_are_the_ledger_row_fields_in_order() -> None:
+    tables = _table_columns(_all_statements())
+    for table, row_class in STORAGE_TABLES.values():
+        kept = [c for c in tables[table] if c not in RETIRED.get(table, set())]
+        assert tuple(kept) == columns_of(row_class), table
+
+
+def test_dead_letters_keep_a_preview_not_the_bytes() -> None:
+    statements = _all_statements()
+    assert _table_columns(statements)["dead_letters_store"][5:9] == [
+        "size",
+        "sha256",
+        "preview",
+        "raw",
+    ]
+    # The last definition of the view wins: it shows what is kept, never the raw bytes.
+    view = [s for s in statements if s.startswith("CREATE OR REPLACE VIEW prism.dead_letters ")][-1]
+    assert "raw" not in view.split(" AS", 1)[1]
+    assert "size, sha256, preview" in view
 
 
 @pytest.mark.parametrize(
