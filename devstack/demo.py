@@ -203,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     from prism import sinks
 
     client = sinks.connect(settings.clickhouse_dsn, settings.clickhouse_database)
-    print("[4/5] report from the ledger " + settings.clickhouse_dsn)
+    print(f"[4/5] report from the ledger {settings.clickhouse_dsn}")
     print(report(client, settings.clickhouse_database))
     problems = check(client, settings.clickhouse_database, fleet.manifest)
     print(

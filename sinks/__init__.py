@@ -18,17 +18,19 @@ Example::
 """
 
 from prism.sinks._billing import BILLING_SQL, BillingLine, billing_report
-from prism.sinks._client import connect, parse_dsn
+from prism.sinks._client import DsnTarget, SecretDsn, connect, parse_dsn, redact_dsn
 from prism.sinks._errors import (
     LedgerConfigError,
     LedgerConnectError,
     LedgerError,
     LedgerQueryError,
+    LedgerReadOnlyError,
     LedgerWriteError,
     MigrationError,
 )
 from prism.sinks._migrate import load_migrations, migrate, render_migrations
 from prism.sinks._queries import QueryResult, query, run_timeline
+from prism.sinks._readonly import check_read_only, read_only_query
 from prism.sinks._tables import STORAGE_TABLES, VIEWS
 from prism.sinks._writer import INSERT_SETTINGS, FlushResult, InsertHook, LedgerWriter, SourceRange
 
@@ -38,23 +40,29 @@ __all__ = [
     "STORAGE_TABLES",
     "VIEWS",
     "BillingLine",
+    "DsnTarget",
     "FlushResult",
     "InsertHook",
     "LedgerConfigError",
     "LedgerConnectError",
     "LedgerError",
     "LedgerQueryError",
+    "LedgerReadOnlyError",
     "LedgerWriteError",
     "LedgerWriter",
     "MigrationError",
     "QueryResult",
+    "SecretDsn",
     "SourceRange",
     "billing_report",
+    "check_read_only",
     "connect",
     "load_migrations",
     "migrate",
     "parse_dsn",
     "query",
+    "read_only_query",
+    "redact_dsn",
     "render_migrations",
     "run_timeline",
 ]

@@ -22,8 +22,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("action", choices=["up", "down", "status"])
     p.add_argument(
         "--port",
-        type=int,
-        default=int(os.environ.get("PRISM_KAFKA_PORT", "9092")),
+        type=_port,
+        # A string default goes through _port only when the command runs without --port, so
+        # a bad PRISM_KAFKA_PORT never breaks `--help` or another command.
+        default=os.environ.get("PRISM_KAFKA_PORT", "9092"),
         help="listener port on 127.0.0.1 (env PRISM_KAFKA_PORT, default 9092)",
     )
     p.add_argument(
@@ -33,6 +35,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="broker data, config, log and pid file (default .data/kafka)",
     )
     p.set_defaults(func=_run)
+
+
+def _port(text: str) -> int:
+    """A TCP port 1..65535 (from --port or PRISM_KAFKA_PORT)."""
+    if not text.strip().isdigit() or not 0 < int(text) < 65536:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a port 1..65535 (from --port or PRISM_KAFKA_PORT)"
+        )
+    return int(text)
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -209,7 +209,14 @@ def ledger_report(settings: Settings, tmp: Path) -> LedgerReport:
     """Read ``settings``' ledger in a child process (no worker may hold it)."""
     out = tmp / f"report-{time.monotonic_ns()}.pickle"
     proc = subprocess.run(
-        [sys.executable, "-c", _REPORT, settings.clickhouse_dsn, settings.topics.input, str(out)],
+        [
+            sys.executable,
+            "-c",
+            _REPORT,
+            settings.clickhouse_dsn.get_secret_value(),
+            settings.topics.input,
+            str(out),
+        ],
         capture_output=True,
         text=True,
         timeout=180,
