@@ -111,7 +111,13 @@ def _json_value(value: Any) -> Any:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from prism.sinks import LedgerReadOnlyError, check_read_only, query, read_only_query
+    from prism.sinks import (
+        LedgerQueryError,
+        LedgerReadOnlyError,
+        check_read_only,
+        query,
+        read_only_query,
+    )
 
     if not args.allow_writes:
         try:
@@ -122,6 +128,17 @@ def _run(args: argparse.Namespace) -> int:
                 "change the ledger adds --allow-writes"
             ) from None
     client, _ = connection(args)
-    result = query(client, args.sql) if args.allow_writes else read_only_query(client, args.sql)
+    if args.allow_writes:
+        result = query(client, args.sql)
+    else:
+        try:
+            result = read_only_query(client, args.sql)
+        except LedgerQueryError as exc:
+            if "readonly" not in str(exc):
+                raise
+            raise LedgerQueryError(
+                f"{exc}; `query` runs with readonly=1 by default: an operator who means to "
+                "change the ledger adds --allow-writes"
+            ) from None
     print(render(result.columns, result.rows, args.format))
     return 0
