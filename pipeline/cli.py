@@ -23,6 +23,7 @@ COMMAND_MODULES = [
     "prism.pipeline.commands.ingest_file",
     "prism.pipeline.commands.schema",
     "prism.pipeline.commands.migrate",
+    "prism.pipeline.commands.grants",
     "prism.pipeline.commands.query",
     "prism.pipeline.commands.billing",
     "prism.pipeline.commands.dashboards",

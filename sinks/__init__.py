@@ -28,6 +28,14 @@ from prism.sinks._errors import (
     LedgerWriteError,
     MigrationError,
 )
+from prism.sinks._grants import (
+    ALL_TENANTS,
+    TENANT_SETTING,
+    Account,
+    accounts,
+    grants_sql,
+    sql_string,
+)
 from prism.sinks._migrate import load_migrations, migrate, render_migrations
 from prism.sinks._queries import QueryResult, query, run_timeline
 from prism.sinks._readonly import check_read_only, read_only_query
@@ -35,10 +43,13 @@ from prism.sinks._tables import STORAGE_TABLES, VIEWS
 from prism.sinks._writer import INSERT_SETTINGS, FlushResult, InsertHook, LedgerWriter, SourceRange
 
 __all__ = [
+    "ALL_TENANTS",
     "BILLING_SQL",
     "INSERT_SETTINGS",
     "STORAGE_TABLES",
+    "TENANT_SETTING",
     "VIEWS",
+    "Account",
     "BillingLine",
     "DsnTarget",
     "FlushResult",
@@ -54,9 +65,11 @@ __all__ = [
     "QueryResult",
     "SecretDsn",
     "SourceRange",
+    "accounts",
     "billing_report",
     "check_read_only",
     "connect",
+    "grants_sql",
     "load_migrations",
     "migrate",
     "parse_dsn",
@@ -65,4 +78,5 @@ __all__ = [
     "redact_dsn",
     "render_migrations",
     "run_timeline",
+    "sql_string",
 ]
