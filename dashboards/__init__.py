@@ -33,7 +33,12 @@ from prism.dashboards._clickhouse_query import (
 from prism.dashboards._cost import cost_and_usage
 from prism.dashboards._errors import DashboardError, LintError, MacroError
 from prism.dashboards._explorer import run_explorer
-from prism.dashboards._lint import lint_alerting, lint_dashboard, lint_expanded_sql
+from prism.dashboards._lint import (
+    lint_alerting,
+    lint_dashboard,
+    lint_expanded_sql,
+    unsafe_interpolations,
+)
 from prism.dashboards._macros import (
     ALERT_MACROS,
     ALL,
@@ -98,4 +103,5 @@ __all__ = [
     "replace_variables",
     "run_explorer",
     "sre_overview",
+    "unsafe_interpolations",
 ]
