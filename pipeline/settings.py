@@ -183,6 +183,11 @@ class Settings(BaseSettings):
             raise ValueError("must be an identifier [A-Za-z_][A-Za-z0-9_]*")
         return v
 
+    @field_validator("alert_webhook_url", "otel_endpoint", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, v: Any) -> Any:
+        return None if isinstance(v, str) and not v.strip() else v
+
     @field_validator("alert_webhook_url", "otel_endpoint")
     @classmethod
     def _http_url(cls, v: Any) -> Any:

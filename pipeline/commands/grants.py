@@ -77,6 +77,14 @@ def _run(args: argparse.Namespace) -> int:
         raise ValueError(
             f"--execute needs the account passwords in the environment; set {', '.join(missing)}"
         )
+    placeholders = [
+        a.password_env for a in users if os.environ[a.password_env].startswith("replace-with-")
+    ]
+    if placeholders:
+        raise ValueError(
+            f"{', '.join(placeholders)} still hold the placeholder of prism.env.example; "
+            "set real passwords in .env"
+        )
     return _execute(args, settings, database, cluster, users)
 
 

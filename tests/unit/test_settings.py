@@ -224,3 +224,10 @@ def test_unknown_prism_variables_are_reported_with_the_closest_name(
         "PRISM_MAX_CLOCK_SKEW is not a prism-pipeline setting and is ignored; "
         "did you mean PRISM_MAX_CLOCK_SKEW_SECONDS?"
     ]
+
+
+def test_an_empty_webhook_url_means_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PRISM_ALERT_WEBHOOK_URL", "")
+    monkeypatch.setenv("PRISM_OTEL_ENDPOINT", " ")
+    s = load_settings()
+    assert (s.alert_webhook_url, s.otel_endpoint) == (None, None)
