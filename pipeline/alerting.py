@@ -272,11 +272,15 @@ class WebhookNotifier:
         return False
 
     def _safe(self, text: str) -> str:
-        """``text`` with the URL (and anything secret-looking) masked, for a log line."""
+        """``text`` with the URL, its path, query and their parts masked (a server may echo
+        them), and anything else secret-looking, for a log line."""
         real = self.url.get_secret_value()
-        for form in (real, real.split("?", 1)[0], real.partition("://")[2]):
-            if form:
-                text = text.replace(form, str(self.url))
+        url = httpx.URL(real)
+        path, query = url.path, url.query.decode()
+        parts = [p for p in (*path.split("/"), *query.replace("&", "=").split("=")) if len(p) >= 8]
+        forms = [real, real.split("?", 1)[0], real.partition("://")[2], url.raw_path.decode()]
+        for form in sorted({*forms, path, query, *parts} - {"", "/"}, key=len, reverse=True):
+            text = text.replace(form, "***")
         return mask_secrets(text)
 
     def _http(self) -> httpx.AsyncClient:

@@ -9,8 +9,11 @@ read from its environment variable and never printed.
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import re
 import sys
+from collections.abc import Iterable
 
 __all__ = ["register"]
 
@@ -88,6 +91,21 @@ def _run(args: argparse.Namespace) -> int:
     return _execute(args, settings, database, cluster, users)
 
 
+_IDENTIFIED_RE = re.compile(r"(IDENTIFIED\s+WITH\s+\w+\s+BY\s+).*?(\s+DEFAULT\s+DATABASE)", re.S)
+
+
+def _mask(text: str, secrets: Iterable[str]) -> str:
+    """``text`` without the passwords, however a server quoted or escaped them."""
+    from prism.sinks import sql_string
+
+    text = _IDENTIFIED_RE.sub(r"\1'***'\2", text)
+    for secret in secrets:
+        forms = {secret, sql_string(secret)[1:-1], repr(secret)[1:-1], json.dumps(secret)[1:-1]}
+        for form in sorted(forms, key=len, reverse=True):
+            text = text.replace(form, "***")
+    return text
+
+
 def _execute(
     args: argparse.Namespace, settings: object, database: str, cluster: str | None, users: list
 ) -> int:
@@ -105,10 +123,8 @@ def _execute(
         try:
             client.command(statement)
         except Exception as exc:
-            shown, reason = statement, str(exc).split("Stack trace", 1)[0].strip()
-            for secret in passwords.values():
-                for form in (secret, sql_string(secret)[1:-1]):
-                    shown, reason = shown.replace(form, "***"), reason.replace(form, "***")
+            shown = _mask(statement, passwords.values())
+            reason = _mask(str(exc).split("Stack trace", 1)[0].strip(), passwords.values())
             raise LedgerQueryError(
                 f"grant statement {number}/{len(statements)} failed: {reason} "
                 f"(statement: {shown[:160]!r}); the DSN must be an administrator with access "

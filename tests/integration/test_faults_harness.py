@@ -62,6 +62,7 @@ class FaultLab:
         **overrides: Any,
     ) -> Settings:
         """Worker settings: state under ``tmp/name``; group and ledger shared when named."""
+        (self.tmp / (ledger or name)).mkdir(parents=True, exist_ok=True)  # the chDB parent
         return load_settings(
             kafka_bootstrap_servers=bootstrap or self.bootstrap,
             topic_prefix=self.prefix,

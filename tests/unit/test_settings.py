@@ -231,3 +231,20 @@ def test_an_empty_webhook_url_means_none(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setenv("PRISM_OTEL_ENDPOINT", " ")
     s = load_settings()
     assert (s.alert_webhook_url, s.otel_endpoint) == (None, None)
+
+
+def test_worker_env_reproduces_the_settings_in_a_child(monkeypatch: pytest.MonkeyPatch) -> None:
+    from prism.pipeline.topics import worker_env
+
+    settings = load_settings(
+        kafka_security_protocol="SASL_PLAINTEXT",
+        kafka_sasl_username="prism",
+        kafka_sasl_password="pw",
+        clickhouse_dsn="https://u:p@ss@h:8443/prism",
+        alert_webhook_url="https://hooks.example/t0ken",
+        redact_keys=frozenset({"notes", "*_body"}),
+        max_clock_skew_seconds=12.5,
+    )
+    for name, value in worker_env(settings).items():
+        monkeypatch.setenv(name, value)
+    assert load_settings() == settings

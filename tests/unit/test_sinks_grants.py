@@ -170,3 +170,32 @@ def test_execute_needs_every_password(
     assert main(["grants", "--execute", "--clickhouse", "http://127.0.0.1:9/"]) == 2
     err = capsys.readouterr().err
     assert "set CLICKHOUSE_READER_PASSWORD, CLICKHOUSE_GRAFANA_PASSWORD" in err
+
+
+def test_execute_masks_the_passwords_in_a_server_error(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server that echoes the failing statement (with the password) is shown masked."""
+    from prism import sinks
+
+    class EchoingServer:
+        def command(self, statement: str) -> None:
+            if statement.startswith("CREATE USER"):
+                raise RuntimeError(f"Syntax error in {statement!r}. Stack trace: 0. x")
+
+    passwords = {
+        "CLICKHOUSE_WRITER_PASSWORD": "Wr'1ter\\Secret",
+        "CLICKHOUSE_READER_PASSWORD": "Re4derSecret",
+        "CLICKHOUSE_GRAFANA_PASSWORD": "Gr4fanaSecret",
+    }
+    for name, value in passwords.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(sinks, "connect", lambda *a, **k: EchoingServer())
+    assert main(["grants", "--execute", "--clickhouse", "http://admin:Adm1nSecret@h/prism"]) == 2
+    err = capsys.readouterr().err
+    assert "grant statement" in err and "CREATE USER OR REPLACE prism_writer" in err
+    for secret in ("Wr'1ter", "Wr\\'1ter", "1ter", "Adm1nSecret", "Stack trace"):
+        assert secret not in err, err
+    monkeypatch.setenv("CLICKHOUSE_READER_PASSWORD", "replace-with-a-long-random-reader-password")
+    assert main(["grants", "--execute"]) == 2
+    assert "CLICKHOUSE_READER_PASSWORD still hold the placeholder" in capsys.readouterr().err
