@@ -84,8 +84,9 @@ class SecretUrl(SecretStr):
 
 def _seconds(default: float, *, low: float = 0.0, strict: bool = False, high: float) -> Any:
     """A duration field: finite, ``> low`` (strict) or ``>= low``, and ``<= high``."""
-    bound = {"gt": low} if strict else {"ge": low}
-    return Field(default=default, le=high, allow_inf_nan=False, **bound)
+    if strict:
+        return Field(default=default, gt=low, le=high, allow_inf_nan=False)
+    return Field(default=default, ge=low, le=high, allow_inf_nan=False)
 
 
 @dataclass(frozen=True, slots=True)

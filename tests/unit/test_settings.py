@@ -248,3 +248,16 @@ def test_worker_env_reproduces_the_settings_in_a_child(monkeypatch: pytest.Monke
     for name, value in worker_env(settings).items():
         monkeypatch.setenv(name, value)
     assert load_settings() == settings
+
+
+def test_the_readme_documents_every_setting() -> None:
+    from pathlib import Path
+
+    from prism.pipeline.settings import Settings
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    table = readme.split("## Configuration", 1)[1].split("\n## ", 1)[0]
+    missing = [
+        f"PRISM_{n.upper()}" for n in Settings.model_fields if f"PRISM_{n.upper()}" not in table
+    ]
+    assert missing == []
