@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from prism.pipeline import settings as settings_module
@@ -251,8 +253,6 @@ def test_worker_env_reproduces_the_settings_in_a_child(monkeypatch: pytest.Monke
 
 
 def test_the_readme_documents_every_setting() -> None:
-    from pathlib import Path
-
     from prism.pipeline.settings import Settings
 
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
@@ -261,3 +261,35 @@ def test_the_readme_documents_every_setting() -> None:
         f"PRISM_{n.upper()}" for n in Settings.model_fields if f"PRISM_{n.upper()}" not in table
     ]
     assert missing == []
+
+
+def test_a_bad_kafka_port_variable_breaks_no_help(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from prism.pipeline.cli import main
+
+    monkeypatch.setenv("PRISM_KAFKA_PORT", "abc")
+    with pytest.raises(SystemExit) as done:
+        main(["--help"])
+    assert done.value.code == 0 and "devstack" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as done:
+        main(["devstack", "kafka", "status"])
+    assert done.value.code == 2
+    assert (
+        "'abc' is not a port 1..65535 (from --port or PRISM_KAFKA_PORT)" in capsys.readouterr().err
+    )
+
+
+def test_a_chdb_path_with_a_missing_parent_is_refused_by_the_cli(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from prism.pipeline.cli import main
+
+    missing = tmp_path / "nonexistent" / "x"
+    assert main(["query", "--clickhouse", f"chdb://{missing}", "SELECT 1"]) == 2
+    err = capsys.readouterr().err
+    assert f"the parent directory '{missing.parent}'" in err and len(err.splitlines()) == 1
+    assert not missing.parent.exists()
+    assert main(["query", "--clickhouse", "chdb:///proc/prism-x", "SELECT 1"]) == 2
+    err = capsys.readouterr().err
+    assert "/proc/prism-x" in err and len(err.splitlines()) == 1 and "Stack" not in err
