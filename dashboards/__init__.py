@@ -2,7 +2,10 @@
 
 Four dashboards (SRE overview, cost and usage, cache efficiency, run explorer) query the
 ledger views through the ``grafana-clickhouse-datasource`` plugin, each with a
-``datasource`` variable and a ``tenant`` filter. ``build_all`` writes the dashboard JSON and
+``datasource`` variable and a ``tenant`` filter. Variables take only what their query returns
+and reach SQL percent-encoded inside ``decodeURLComponent('...')`` (``decoded``), so no value
+breaks out of its literal; ``lint_dashboard`` refuses any other interpolation. ``build_all``
+writes the dashboard JSON and
 the provisioning files docker-compose mounts into Grafana; ``expand_query`` replays what
 Grafana and the plugin do to a query, so tests can run every panel on a chDB ledger.
 
@@ -50,6 +53,7 @@ from prism.dashboards._macros import (
     expand_query,
     replace_variables,
 )
+from prism.dashboards._panels import TENANT_FILTER, decoded, selected, tenant_filter
 from prism.dashboards._provisioning import (
     DASHBOARD_PATH,
     DASHBOARDS,
@@ -72,6 +76,7 @@ __all__ = [
     "DASHBOARD_PATH",
     "DATASOURCE_UID",
     "PLUGIN_ID",
+    "TENANT_FILTER",
     "WEBHOOK_URL_ENV",
     "AlertThresholds",
     "ClickHouseQuery",
@@ -91,6 +96,7 @@ __all__ = [
     "dashboard_from_json",
     "dashboard_json",
     "datasource_file",
+    "decoded",
     "default_out_dir",
     "expand_alert_query",
     "expand_backend_macros",
@@ -102,6 +108,8 @@ __all__ = [
     "register_clickhouse_variant",
     "replace_variables",
     "run_explorer",
+    "selected",
     "sre_overview",
+    "tenant_filter",
     "unsafe_interpolations",
 ]

@@ -5,6 +5,9 @@ engine in-process (one engine path per process), ``http(s)://user:pw@host:port/d
 reaches a ClickHouse server. Storage tables (``*_store``) are ReplacingMergeTrees keyed on
 stable ids; users query the views (``runs``, ``usage``, ``turns``, ``run_events``,
 ``cache_hits_1m``, ``quarantine``, ``dead_letters``, ``alerts``, ``billing_usage``).
+``parse_dsn``/``redact_dsn`` are the one DSN parser and masked form (``SecretDsn``);
+``read_only_query`` is the ad hoc surface (statement check + ``readonly = 1``);
+``grants_sql`` the least-privilege accounts' DDL (SECURITY.md).
 
 Example::
 

@@ -14,6 +14,12 @@ import os
 import re
 import sys
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pydantic import SecretStr
+
+    from prism.sinks import Account
 
 __all__ = ["register"]
 
@@ -88,7 +94,7 @@ def _run(args: argparse.Namespace) -> int:
             f"{', '.join(placeholders)} still hold the placeholder of prism.env.example; "
             "set real passwords in .env"
         )
-    return _execute(args, settings, database, cluster, users)
+    return _execute(args, args.clickhouse or settings.clickhouse_dsn, database, cluster, users)
 
 
 _IDENTIFIED_RE = re.compile(r"(IDENTIFIED\s+WITH\s+\w+\s+BY\s+).*?(\s+DEFAULT\s+DATABASE)", re.S)
@@ -107,7 +113,11 @@ def _mask(text: str, secrets: Iterable[str]) -> str:
 
 
 def _execute(
-    args: argparse.Namespace, settings: object, database: str, cluster: str | None, users: list
+    args: argparse.Namespace,
+    dsn: str | SecretStr,
+    database: str,
+    cluster: str | None,
+    users: list[Account],
 ) -> int:
     from prism.sinks import LedgerQueryError, connect, grants_sql, sql_string
 
@@ -118,7 +128,7 @@ def _execute(
         tenants=args.tenant,
         password=lambda account: sql_string(passwords[account.user]),
     )
-    client = connect(args.clickhouse or settings.clickhouse_dsn)  # type: ignore[attr-defined]
+    client = connect(dsn)
     for number, statement in enumerate(statements, 1):
         try:
             client.command(statement)
