@@ -82,7 +82,7 @@ DEFAULT_DENY: frozenset[str] = frozenset(
 _SECRET_VALUE_RES: tuple[tuple[re.Pattern[str], str], ...] = (
     # user:password@ in any URL: keep the user, mask the password.
     (re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^\s/:@\"']*:)[^\s\"']+@"), r"\1" + MASK + "@"),
-    (re.compile(r"(?i)\b(bearer|basic|token)\s+[A-Za-z0-9._~+/=-]{8,}"), r"\1 " + MASK),
+    (re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}"), r"\1 " + MASK),
     (re.compile(r"\beyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]*"), MASK),  # JWT
     (re.compile(r"\b(?:sk|pk|rk)-[A-Za-z0-9_-]{16,}"), MASK),  # API keys (sk-..., sk-ant-...)
     (re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"), MASK),  # AWS access key ids

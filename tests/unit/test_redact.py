@@ -193,3 +193,8 @@ def test_ingest_stores_the_preview_not_the_bytes() -> None:
     assert second.sha256 == hashlib.sha256(line).hexdigest()
     assert "private words" not in second.preview and '"prompt":"***"' in second.preview
     assert not hasattr(second, "raw")
+
+
+def test_prose_is_left_alone() -> None:
+    text = "token limitation exceeded after 3 turns; see https://docs.example.com/limits?x=1"
+    assert mask_secrets(text) == text
