@@ -94,7 +94,7 @@ def run_explorer(database: str | None = None) -> dashboard_models.Dashboard:
                        dateDiff('millisecond', started_at, finished_at) / 1000 AS duration,
                        model_turns, deterministic_turns, tool_calls, cache_hit_rate,
                        ifNull(exhaustion_axis, exhaustion_limit) AS exhausted_on,
-                       length(missing_seqs) AS missing_events, parent_run_id
+                       missing_count AS missing_events, parent_run_id
                 FROM runs
                 WHERE $__timeFilter(last_event_at) AND {TENANT_FILTER}
                 ORDER BY last_event_at DESC
@@ -117,8 +117,8 @@ def run_explorer(database: str | None = None) -> dashboard_models.Dashboard:
                 f"""
                 SELECT run_id, status, terminal_type, terminal_seq, stop_reason, finish_reason,
                        error_code, failure_class, denied_reason, abort_reason, started_at,
-                       finished_at, event_count, max_seq, missing_seqs, usage_mismatch,
-                       cache_hit_rate, parent_run_id, bundle_digest
+                       finished_at, event_count, max_seq, missing_count, missing_ranges,
+                       usage_mismatch, clock_skew, cache_hit_rate, parent_run_id, bundle_digest
                 FROM runs
                 WHERE {RUN} AND {TENANT_FILTER}
                 """

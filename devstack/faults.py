@@ -170,8 +170,8 @@ class FaultyWriter:
         self._writer = writer
         self._plan = plan
 
-    def add(self, batch: Any, source: Any) -> None:
-        self._writer.add(batch, source)
+    def add(self, batch: Any, *sources: Any) -> None:
+        self._writer.add(batch, *sources)
 
     def flush(self) -> Any:
         self._plan.flush_started()

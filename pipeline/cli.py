@@ -2,8 +2,8 @@
 
 Each module in ``pipeline/commands/`` exposes ``register(subparsers)`` which adds its
 sub-command(s) and sets ``func`` (a callable taking the parsed ``argparse.Namespace`` and
-returning an exit code). Errors derived from ``PrismError``-like bases print one line and
-exit 2 instead of a traceback.
+returning an exit code). The packages' own errors (settings, ledger, replay, contract...)
+print one line instead of a traceback.
 """
 
 from __future__ import annotations

@@ -1,47 +1,47 @@
-"""The file replayer: JSONL envelopes -> the same core -> the same ledger, without Kafka.
+"""The file replayer: JSONL envelopes -> the shared intake step -> the same ledger, no Kafka.
 
-For backfills, debugging and reproducible results. Malformed lines go to the dead-letter
-table with their line number; at the end of input every run whose terminal arrived is
-closed (gaps recorded) and the stale rule runs on the event-time watermark. Processing
-time never enters (``now`` is fixed), so the same file always gives the same ledger.
+For backfills, debugging and reproducible results. Lines go through ``core.Intake`` like
+Kafka records do (a line number is the offset, partition -1); malformed lines become
+dead-letter rows with their line number. At the end every run whose terminal arrived is
+closed (gaps recorded) and the stale rule runs on the event-time watermark. Grace is
+judged on event time only, so the same input gives the same ledger apart from its
+processing columns (``received_at``, versions).
+
+With a ``StateTable`` the core's state is loaded before and saved after each stored batch,
+in the ledger database itself: a backfill split into any number of files or invocations
+equals one file.
 
 Example::
 
-    summary = ingest_lines(open("fleet.jsonl", "rb"), source="file:fleet.jsonl", sink=writer)
+    summary = ingest_lines(open("fleet.jsonl", "rb"), source="file:fleet.jsonl",
+                           store=LedgerStore(writer), state=StateTable(client, "prism"))
     print(summary.render())
 """
 
 from __future__ import annotations
 
 import sys
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from itertools import islice
-from typing import Any, BinaryIO, Protocol
+from typing import BinaryIO
 
-from prism.schemas import (
-    ContractViolation,
-    DeadLetterRow,
-    LedgerBatch,
-    dead_letter_preview,
-    parse_batch,
-)
+from prism.schemas import MAX_EVENT_BYTES
+from prism.sinks import StateTable
 
-from .core import CoreConfig, Delivery, ExhaustionAlerter, Output, Processor
+from .core import CoreConfig, ExhaustionAlerter, InRecord, Intake, Output, store_isolating
 
-__all__ = ["IngestSummary", "LedgerSink", "dead_letter_row", "ingest_lines", "iter_lines"]
+__all__ = ["IngestSummary", "ingest_lines", "iter_lines", "open_input", "render_counts"]
 
-_FIXED_NOW = 0.0  # file replay judges grace and staleness on event time only
+FILE_PARTITION = -1
+_ALERTER_KEY = "a\x1falerter"
 
 
-class LedgerSink(Protocol):
-    """What the replayer needs from the ledger writer (``sinks.LedgerWriter`` fits)."""
-
-    def add(self, batch: LedgerBatch, source: Any) -> None: ...
-
-    def flush(self) -> Any: ...
+def render_counts(counts: Counter[str], prefix: str) -> str:
+    """``reason=n, ...`` for the stats under ``prefix.`` (or ``none``)."""
+    picked = {k.split(".", 1)[1]: v for k, v in counts.items() if k.startswith(prefix + ".")}
+    return ", ".join(f"{k}={v}" for k, v in sorted(picked.items())) or "none"
 
 
 @dataclass(slots=True)
@@ -50,64 +50,43 @@ class IngestSummary:
 
     lines: int = 0
     stats: Counter[str] = field(default_factory=Counter)
-    dlq: Counter[str] = field(default_factory=Counter)
     runs_by_status: dict[str, int] = field(default_factory=dict)
     alerts: int = 0
 
+    @property
+    def dlq(self) -> Counter[str]:
+        return Counter({k[4:]: v for k, v in self.stats.items() if k.startswith("dlq.")})
+
     def render(self) -> str:
-        out = [
-            f"lines read:      {self.lines}",
-            f"events applied:  {self.stats['applied']}",
-            f"duplicates:      {self.stats['duplicate']}",
-        ]
-        out.append(
-            "runs by status:  "
-            + (", ".join(f"{k}={v}" for k, v in sorted(self.runs_by_status.items())) or "none")
+        statuses = ", ".join(f"{k}={v}" for k, v in sorted(self.runs_by_status.items()))
+        return "\n".join(
+            [
+                f"lines read:      {self.lines}",
+                f"events applied:  {self.stats['applied']}",
+                f"duplicates:      {self.stats['duplicate']}",
+                f"runs by status:  {statuses or 'none'}",
+                f"dead letters:    {render_counts(self.stats, 'dlq')}",
+                f"quarantined:     {render_counts(self.stats, 'quarantine')}",
+                f"alerts:          {self.alerts}",
+            ]
         )
-        out.append(
-            "dead letters:    "
-            + (", ".join(f"{k}={v}" for k, v in sorted(self.dlq.items())) or "none")
-        )
-        quarantine = {
-            k.split(".", 1)[1]: v for k, v in self.stats.items() if k.startswith("quarantine.")
-        }
-        out.append(
-            "quarantined:     "
-            + (", ".join(f"{k}={v}" for k, v in sorted(quarantine.items())) or "none")
-        )
-        out.append(f"alerts:          {self.alerts}")
-        return "\n".join(out)
 
 
-def dead_letter_row(
-    raw: bytes,
-    violation: ContractViolation,
-    source: str,
-    partition: int,
-    offset: int,
-    received_at: datetime,
-) -> DeadLetterRow:
-    """The dead-letter row of a record that could not be parsed or breaks the contract.
+def iter_lines(stream: BinaryIO, max_bytes: int = MAX_EVENT_BYTES) -> Iterator[bytes]:
+    """Lines without their newline, blank ones included (they keep line numbers right).
 
-    The ledger keeps the size, hash and a redacted preview; the bytes stay on the DLQ topic.
+    A line longer than ``max_bytes`` is cut to ``max_bytes + 1`` bytes (still oversized,
+    so it is dead-lettered as such) and the rest is skipped unread into memory.
     """
-    kept = dead_letter_preview(raw)
-    return DeadLetterRow(
-        source=source,
-        partition=partition,
-        offset=offset,
-        code=violation.code,
-        reason=violation.reason,
-        size=kept.size,
-        sha256=kept.sha256,
-        preview=kept.preview,
-        received_at=received_at,
-    )
-
-
-def iter_lines(stream: BinaryIO) -> Iterator[bytes]:
-    """Lines without their newline; blank lines are skipped (and still counted by number)."""
-    for line in stream:
+    while True:
+        line = stream.readline(max_bytes + 1)
+        if not line:
+            return
+        if len(line) > max_bytes and not line.endswith(b"\n"):
+            while True:  # skip the rest of an oversized line
+                rest = stream.readline(1 << 20)
+                if not rest or rest.endswith(b"\n"):
+                    break
         yield line.rstrip(b"\r\n")
 
 
@@ -115,74 +94,69 @@ def ingest_lines(
     lines: Iterable[bytes],
     *,
     source: str,
-    sink: LedgerSink | None,
+    store: Callable[[Output], None] | None,
     config: CoreConfig | None = None,
+    state: StateTable | None = None,
     batch_size: int = 5000,
-    max_event_bytes: int | None = None,
+    batch_bytes: int = 16 << 20,
+    max_event_bytes: int = MAX_EVENT_BYTES,
     on_batch: Callable[[int], None] | None = None,
-    received_at: datetime | None = None,
+    clock: Callable[[], float] = time.time,
 ) -> IngestSummary:
-    """Replay JSONL envelopes through the core into ``sink``; return what happened."""
-    from prism.sinks import SourceRange
+    """Replay JSONL envelopes through the core; ``store`` writes each batch's rows.
 
-    proc = Processor(config or CoreConfig(), partition=-1)
-    alerter = ExhaustionAlerter(proc.config.alert_window_s, proc.config.alert_threshold)
+    Blank lines are skipped (and counted by number). A batch closes at ``batch_size``
+    lines or ``batch_bytes`` bytes. ``store`` None: a dry run that stores nothing.
+    """
+    config = config or CoreConfig(processing_grace=False)
+    alerter = ExhaustionAlerter(config.alert_window_s, config.alert_threshold)
+    intake = Intake(config, max_event_bytes=max_event_bytes, alerter=alerter)
+    proc = intake.processor(FILE_PARTITION)
+    if state is not None:
+        saved = dict(state.load())
+        raw = saved.pop(_ALERTER_KEY, None)
+        if raw:
+            intake.alerter = alerter = ExhaustionAlerter.from_bytes(raw)
+        proc.load(saved.items())
     summary = IngestSummary()
     statuses: dict[str, str] = {}
-    received = received_at or datetime.now(UTC)
-    kwargs = {} if max_event_bytes is None else {"max_bytes": max_event_bytes}
-    it = iter(lines)
+
+    def keep(out: Output) -> None:
+        if store is not None:
+            store(out)
+        summary.stats.update(out.stats)
+        summary.alerts += len(out.ledger.alerts)
+        for row in out.ledger.runs:
+            statuses[row.run_id] = row.status
+
+    def persist(out: Output) -> None:
+        if state is not None:
+            state.save({**out.state_writes, _ALERTER_KEY: alerter.to_bytes()})
+
+    batch: list[InRecord] = []
+    size = 0
     line_no = 0
-    while True:
-        chunk = list(islice(it, batch_size))
-        if not chunk:
-            break
-        first = line_no + 1
-        numbered = [(first + i, v) for i, v in enumerate(chunk) if v.strip()]
-        line_no += len(chunk)
-        out = Output()
-        deliveries = []
-        for (num, raw), parsed in zip(
-            numbered, parse_batch([v for _, v in numbered], **kwargs), strict=True
-        ):
-            if isinstance(parsed, ContractViolation):
-                out.ledger.dead_letters.append(
-                    dead_letter_row(raw, parsed, source, -1, num, received)
-                )
-                summary.dlq[parsed.code] += 1
-            else:
-                deliveries.append(Delivery(parsed, source, -1, num, received))
-        out.extend(proc.process(deliveries, now=_FIXED_NOW))
-        _alerts(out, alerter, proc)
-        summary.lines = line_no
-        _emit(out, sink, SourceRange(source, -1, first, line_no), summary, statuses)
+    for line in lines:
+        line_no += 1
+        if line.strip():
+            batch.append(InRecord(line, source, FILE_PARTITION, line_no))
+            size += len(line)
+        if len(batch) >= batch_size or size >= batch_bytes:
+            persist(store_isolating(intake, {FILE_PARTITION: batch}, clock(), keep))
+            if on_batch is not None:
+                on_batch(len(batch))
+            batch, size = [], 0
+    if batch:
+        persist(store_isolating(intake, {FILE_PARTITION: batch}, clock(), keep))
         if on_batch is not None:
-            on_batch(len(chunk))
-    out = proc.finalize(now=_FIXED_NOW)
-    _alerts(out, alerter, proc)
-    _emit(out, sink, SourceRange(source, -1, line_no + 1, line_no + 1), summary, statuses)
+            on_batch(len(batch))
+    final = intake.finalize(clock())
+    final.ranges.append((source, FILE_PARTITION, line_no + 1, line_no + 1))
+    keep(final)
+    persist(final)
+    summary.lines = line_no
     summary.runs_by_status = dict(Counter(statuses.values()))
     return summary
-
-
-def _alerts(out: Output, alerter: ExhaustionAlerter, proc: Processor) -> None:
-    from .core import alert_record
-
-    rows = alerter.observe(out.limit_deaths) + alerter.advance(proc.watermark_us)
-    out.ledger.alerts.extend(rows)
-    out.alerts.extend(alert_record(r) for r in rows)
-
-
-def _emit(
-    out: Output, sink: LedgerSink | None, rng: Any, summary: IngestSummary, statuses: dict[str, str]
-) -> None:
-    summary.stats.update(out.stats)
-    summary.alerts += len(out.ledger.alerts)
-    for row in out.ledger.runs:
-        statuses[row.run_id] = row.status
-    if sink is not None and len(out.ledger):
-        sink.add(out.ledger, rng)
-        sink.flush()
 
 
 def open_input(path: str) -> BinaryIO:

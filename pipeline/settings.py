@@ -35,6 +35,8 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from prism.schemas import DEFAULT_DENY, deny_list
 from prism.sinks import SecretDsn, parse_dsn, redact_dsn
 
+from .core import CoreConfig
+
 __all__ = [
     "TOOL_VARIABLES",
     "SecretUrl",
@@ -98,6 +100,7 @@ class Topics:
     quarantine: str
     runs_closed: str
     alerts: str
+    limit_deaths: str
 
     @classmethod
     def from_prefix(cls, prefix: str) -> Topics:
@@ -107,6 +110,7 @@ class Topics:
             quarantine=f"{prefix}.agent-events.quarantine",
             runs_closed=f"{prefix}.runs.closed",
             alerts=f"{prefix}.alerts",
+            limit_deaths=f"{prefix}.limit-deaths",
         )
 
 
@@ -224,6 +228,18 @@ class Settings(BaseSettings):
     @property
     def topics(self) -> Topics:
         return Topics.from_prefix(self.topic_prefix)
+
+    def core_config(self, *, processing_grace: bool = True) -> CoreConfig:
+        """The run-semantics knobs (file replays pass ``processing_grace=False``)."""
+        return CoreConfig(
+            grace_period_s=self.grace_period_seconds,
+            stale_after_s=self.stale_run_seconds,
+            tombstone_retention_s=self.tombstone_retention_seconds,
+            alert_window_s=self.alert_window_seconds,
+            alert_threshold=self.alert_limit_deaths_threshold,
+            max_clock_skew_s=self.max_clock_skew_seconds,
+            processing_grace=processing_grace,
+        )
 
     def aiokafka_kwargs(self) -> dict[str, Any]:
         """Connection keyword arguments shared by aiokafka producers, consumers and admins."""

@@ -1,9 +1,11 @@
 """What an agent runtime imports to report its runs: publishers and the per-run emitter.
 
-``EventPublisher`` sends contract events (CONTRACT.md) to Kafka without ever blocking or
-crashing the agent; ``InMemoryPublisher`` has the same interface for a runtime's own
-tests; ``RunEmitter`` (from ``publisher.run(...)``) fills ``seq``, ``eventId`` and ``ts``.
-The fleet simulator lives in ``runtime.simulator``.
+``EventPublisher`` sends contract events (schemas/CONTRACT.md) to Kafka without ever
+blocking or crashing the agent; ``InMemoryPublisher`` has the same interface for a
+runtime's own tests; ``RunEmitter`` (from ``publisher.run(...)``) fills ``seq``,
+``eventId`` and ``ts`` of a run's events, ``ChannelEmitter`` (from
+``publisher.channel(...)``) those of a messaging-channel operation's transitions, which go
+to ``prism.channel-operations``. The fleet simulator lives in ``runtime.simulator``.
 
 Example::
 
@@ -14,11 +16,14 @@ Example::
                         model={"provider": "anthropic", "model": "claude-sonnet-4"})
     run.emit("agent_started", {})
     run.emit("agent_finished", {"finishReason": "stop"})
+    op = publisher.channel("telegram:support", "op-81", kind="message", tenant_id="acme")
+    op.emit("admitted")
     await publisher.close()
 """
 
-from ._base import DEFAULT_TOPIC, PublishResult, Record
+from ._base import DEFAULT_CHANNEL_TOPIC, DEFAULT_TOPIC, PublishResult, Record, channel_topic_for
 from ._buffer import FullPolicy
+from ._channel import ChannelEmitter
 from ._emitter import RunEmitter
 from ._errors import DeliveryFailed, EventTooLarge, InvalidEvent, PublisherClosed, PublisherError
 from ._ids import new_event_id, utc_now_rfc3339
@@ -27,9 +32,11 @@ from ._publisher import DEFAULT_LINGER_MS, DEFAULT_MAX_BATCH_SIZE, EventPublishe
 from ._stats import PublisherStats
 
 __all__ = [
+    "DEFAULT_CHANNEL_TOPIC",
     "DEFAULT_LINGER_MS",
     "DEFAULT_MAX_BATCH_SIZE",
     "DEFAULT_TOPIC",
+    "ChannelEmitter",
     "DeliveryFailed",
     "EventPublisher",
     "EventTooLarge",
@@ -42,6 +49,7 @@ __all__ = [
     "PublisherStats",
     "Record",
     "RunEmitter",
+    "channel_topic_for",
     "new_event_id",
     "utc_now_rfc3339",
 ]

@@ -50,6 +50,7 @@ class BufferedPublisher(Publisher):
         sink: Sink,
         *,
         topic: str = DEFAULT_TOPIC,
+        channel_topic: str | None = None,
         max_event_bytes: int = MAX_EVENT_BYTES,
         buffer_size: int = 10_000,
         full_policy: FullPolicy = "drop",
@@ -59,8 +60,8 @@ class BufferedPublisher(Publisher):
         start_backoff: tuple[float, float] = (0.1, 5.0),
     ) -> None:
         super().__init__(
-            topic=topic, max_event_bytes=max_event_bytes, validate=validate,
-            raise_errors=raise_errors,
+            topic=topic, channel_topic=channel_topic, max_event_bytes=max_event_bytes,
+            validate=validate, raise_errors=raise_errors,
         )  # fmt: skip
         if buffer_size < 1:
             raise ValueError(f"buffer_size must be >= 1, got {buffer_size!r}")
@@ -269,7 +270,7 @@ class BufferedPublisher(Publisher):
             self._failures.append((error, detail))
         self._log_failure(
             "could not deliver %s to topic %r: %s: %s (counted in stats.delivery_failed)",
-            detail, self.topic, type(error).__name__, error,
+            detail, entry.record.topic or self.topic, type(error).__name__, error,
         )  # fmt: skip
 
     def _raise_failures(self) -> None:

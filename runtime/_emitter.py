@@ -13,10 +13,10 @@ from ._ids import new_event_id, utc_now_rfc3339
 if TYPE_CHECKING:
     from ._base import Publisher, PublishResult
 
-__all__ = ["RunEmitter"]
+__all__ = ["RunEmitter", "timestamp", "wire_part"]
 
 
-def _wire(value: Any, what: str) -> Any:
+def wire_part(value: Any, what: str) -> Any:
     """A payload or envelope part in wire form: mappings as given, pydantic models by alias."""
     if value is None or isinstance(value, Mapping):
         return value
@@ -28,7 +28,8 @@ def _wire(value: Any, what: str) -> Any:
     )
 
 
-def _ts(value: datetime | str | None) -> str:
+def timestamp(value: datetime | str | None) -> str:
+    """An emission time as RFC 3339 in UTC (now when ``None``; strings pass as given)."""
     if value is None:
         return utc_now_rfc3339()
     if isinstance(value, str):
@@ -93,9 +94,9 @@ class RunEmitter:
             "tenantId": tenant_id,
             "accountId": account_id,
             "userId": user_id,
-            "agent": {"id": agent} if isinstance(agent, str) else _wire(agent, "agent"),
-            "model": _wire(model, "model"),
-            "parent": _wire(parent, "parent"),
+            "agent": {"id": agent} if isinstance(agent, str) else wire_part(agent, "agent"),
+            "model": wire_part(model, "model"),
+            "parent": wire_part(parent, "parent"),
             "bundleDigest": bundle_digest,
         }
         self._extras = {k: v for k, v in extras.items() if v is not None}
@@ -114,14 +115,14 @@ class RunEmitter:
         self, type_: str, data: Mapping[str, Any] | Any = None, *, ts: datetime | str | None = None
     ) -> dict[str, Any]:
         """The wire envelope the next ``emit(type_, data)`` would publish (consumes nothing)."""
-        payload = _wire(data, "data")
+        payload = wire_part(data, "data")
         return {
             "schema": SCHEMA_ID,
             "eventId": new_event_id(),
             "runId": self._run_id,
             "seq": self._next_seq,
             "type": type_,
-            "ts": _ts(ts),
+            "ts": timestamp(ts),
             **self._extras,
             "data": {} if payload is None else payload,
         }
@@ -137,6 +138,30 @@ class RunEmitter:
         result = self._publisher.publish(self.envelope(type_, data, ts=ts))
         self._next_seq += 1
         return result
+
+    def guardrail_denied(
+        self,
+        rule: str,
+        stage: str,
+        *,
+        turn: int | None = None,
+        tool: str | None = None,
+        ts: datetime | str | None = None,
+    ) -> PublishResult:
+        """Publish a ``guardrail_denied`` event: which pack rule denied what, never the content.
+
+        ``rule`` is ``pack:<pack>/<rule>``; ``stage`` one of ``before_tool``, ``after_tool``,
+        ``input``, ``output``. Example::
+
+            run.guardrail_denied("pack:secrets-hygiene/no-secret-args", "before_tool",
+                                 turn=3, tool="http.fetch")
+        """
+        data: dict[str, Any] = {"rule": rule, "stage": stage}
+        if turn is not None:
+            data["turn"] = turn
+        if tool is not None:
+            data["tool"] = tool
+        return self.emit("guardrail_denied", data, ts=ts)
 
     def child(
         self, run_id: str, *, delegation_id: str, child_id: str | None = None, **overrides: Any

@@ -25,9 +25,12 @@ _FIXED = ("acks", "enable_idempotence", "key_serializer", "value_serializer", "l
 class EventPublisher(BufferedPublisher):
     """Publishes agent events to Kafka without ever blocking or crashing the agent.
 
-    Records are keyed by ``runId`` (so a run stays on one partition, in order), carry the
-    envelope as orjson bytes plus ``content-type`` and, inside a span, ``traceparent``
-    headers, and go through an idempotent producer with ``acks="all"``. ``publish()``
+    Agent records are keyed by ``runId`` (so a run stays on one partition, in order);
+    channel-operation records (``publisher.channel(...)``, ``publisher.deny(...)``) go to
+    ``channel_topic`` (default: beside ``topic``, e.g. ``prism.channel-operations``), keyed
+    by ``operationId``. Both carry the envelope as orjson bytes plus ``content-type`` and,
+    inside a span, ``traceparent`` headers, and go through one idempotent producer with
+    ``acks="all"``. ``publish()``
     only appends to a bounded buffer; a background task connects (retrying with backoff
     while the broker is down) and sends. A full buffer drops and counts (``"drop"``) or
     parks the event for up to ``deadline`` seconds (``"wait"``). Delivery failures are
@@ -51,6 +54,7 @@ class EventPublisher(BufferedPublisher):
         bootstrap_servers: str | list[str] = "127.0.0.1:9092",
         *,
         topic: str = DEFAULT_TOPIC,
+        channel_topic: str | None = None,
         max_event_bytes: int = MAX_EVENT_BYTES,
         buffer_size: int = 10_000,
         full_policy: FullPolicy = "drop",
@@ -81,6 +85,7 @@ class EventPublisher(BufferedPublisher):
         super().__init__(
             KafkaSink(topic, kwargs),
             topic=topic,
+            channel_topic=channel_topic,
             max_event_bytes=max_event_bytes,
             buffer_size=buffer_size,
             full_policy=full_policy,

@@ -29,7 +29,10 @@ class Sink(Protocol):
 
 
 class KafkaSink:
-    """A fresh ``AIOKafkaProducer`` per start attempt (a failed start leaves it unusable)."""
+    """A fresh ``AIOKafkaProducer`` per start attempt (a failed start leaves it unusable).
+
+    Each record goes to its own ``topic`` (channel operations), else to the sink's topic.
+    """
 
     def __init__(self, topic: str, producer_kwargs: dict[str, Any]) -> None:
         self._topic = topic
@@ -48,7 +51,10 @@ class KafkaSink:
     async def send(self, record: Record) -> asyncio.Future[Any]:
         assert self._producer is not None, "send() before a successful start()"
         fut: asyncio.Future[Any] = await self._producer.send(
-            self._topic, value=record.value, key=record.key, headers=list(record.headers)
+            record.topic or self._topic,
+            value=record.value,
+            key=record.key,
+            headers=list(record.headers),
         )
         return fut
 

@@ -1,13 +1,17 @@
-"""The ``prism.agent-event/v1`` wire contract (CONTRACT.md) in pydantic v2, and the ledger rows.
+"""The wire contract (schemas/CONTRACT.md) in pydantic v2, and the ledger rows.
 
-Every package may import ``schemas``; it imports no other package of the project.
+Two families: agent events (``prism.agent-event/v1``, ``AgentEvent``) and channel
+operations (``prism.channel-operation/v1``, ``ChannelOperation``). Every package may
+import ``schemas``; it imports no other package of the project.
 
 Parse record values with ``parse_batch`` (one result per value, in order) or
-``parse_event``. An invalid value is a ``ContractViolation`` (the package's one
-exception, a ``ValueError``) whose ``code`` is ``unparsable``, ``oversized`` or
-``contract_violation`` and whose ``reason`` names the field path and the value:
+``parse_event``; ``parse_channel_batch`` / ``parse_channel_operation`` do the same for
+channel operations and ``parse_any_batch`` takes both, dispatching on ``schema``. An
+invalid value is a ``ContractViolation`` (the package's one exception, a ``ValueError``)
+whose ``code`` is ``unparsable``, ``oversized`` or ``contract_violation`` and whose
+``reason`` names the field path and the value:
 
-    >>> from schemas import ContractViolation, parse_batch
+    >>> from prism.schemas import ContractViolation, parse_batch
     >>> [r.code for r in parse_batch([b"{}", b"[]"]) if isinstance(r, ContractViolation)]
     ['contract_violation', 'unparsable']
 
@@ -17,6 +21,17 @@ is the one terminal predicate. ``dead_letter_preview`` and ``redact_unknown_data
 content sent by mistake (prompts, tool arguments and results, secrets) out of the ledger.
 """
 
+from prism.schemas._channel import (
+    CHANNEL_FINAL_STATES,
+    CHANNEL_OPEN_STATES,
+    CHANNEL_SCHEMA_ID,
+    CHANNEL_TOPIC,
+    CHANNEL_TRANSITIONS,
+    ChannelKind,
+    ChannelOperation,
+    ChannelState,
+    is_legal_channel_transition,
+)
 from prism.schemas._constants import (
     MAX_EVENT_BYTES,
     SCHEMA_ID,
@@ -35,6 +50,8 @@ from prism.schemas._data import (
     DeterministicTurnFinishedData,
     ErrorEventData,
     ExtensionErrorData,
+    GuardrailDeniedData,
+    GuardrailStage,
     ProviderTurnFinishedData,
     RunLimitExceededData,
     RunResumedData,
@@ -60,6 +77,7 @@ from prism.schemas._events import (
     ErrorEvent,
     EventBase,
     ExtensionError,
+    GuardrailDenied,
     KnownEvent,
     ProviderTurnFinished,
     RunLimitExceeded,
@@ -71,14 +89,18 @@ from prism.schemas._events import (
     UsageRecorded,
 )
 from prism.schemas._json_schema import (
+    CHANNEL_JSON_SCHEMA_ID,
+    CHANNEL_JSON_SCHEMA_PATH,
     EVENT_JSON_SCHEMA_ID,
     EVENT_JSON_SCHEMA_PATH,
+    JSON_SCHEMA_FILES,
+    channel_json_schema,
     event_json_schema,
+    render_channel_json_schema,
     render_event_json_schema,
 )
 from prism.schemas._ledger import (
     AlertRow,
-    CacheMinuteRow,
     DeadLetterRow,
     LedgerBatch,
     QuarantineRow,
@@ -87,7 +109,15 @@ from prism.schemas._ledger import (
     TurnRow,
     UsageRow,
 )
-from prism.schemas._parse import RawValue, event_to_wire, parse_batch, parse_event
+from prism.schemas._parse import (
+    RawValue,
+    event_to_wire,
+    parse_any_batch,
+    parse_batch,
+    parse_channel_batch,
+    parse_channel_operation,
+    parse_event,
+)
 from prism.schemas._payloads import (
     AgentRef,
     Breach,
@@ -109,16 +139,40 @@ from prism.schemas._redact import (
     mask_secrets,
     redact_unknown_data,
 )
+from prism.schemas._types import (
+    COST_MAX_DECIMALS,
+    MAX_COST,
+    MAX_SAFE_INTEGER,
+    MAX_SEQ,
+    MAX_UINT32,
+    TS_MAX,
+    TS_MIN,
+)
 
 __all__ = [
+    "CHANNEL_FINAL_STATES",
+    "CHANNEL_JSON_SCHEMA_ID",
+    "CHANNEL_JSON_SCHEMA_PATH",
+    "CHANNEL_OPEN_STATES",
+    "CHANNEL_SCHEMA_ID",
+    "CHANNEL_TOPIC",
+    "CHANNEL_TRANSITIONS",
+    "COST_MAX_DECIMALS",
     "DEFAULT_DENY",
     "EVENT_JSON_SCHEMA_ID",
     "EVENT_JSON_SCHEMA_PATH",
+    "JSON_SCHEMA_FILES",
     "KNOWN_EVENT_CLASSES",
     "KNOWN_EVENT_TYPES",
+    "MAX_COST",
     "MAX_EVENT_BYTES",
+    "MAX_SAFE_INTEGER",
+    "MAX_SEQ",
+    "MAX_UINT32",
     "SCHEMA_ID",
     "TERMINAL_TYPES",
+    "TS_MAX",
+    "TS_MIN",
     "AgentDenied",
     "AgentDeniedData",
     "AgentEvent",
@@ -133,7 +187,9 @@ __all__ = [
     "BudgetExhaustedData",
     "Budgets",
     "CacheInfo",
-    "CacheMinuteRow",
+    "ChannelKind",
+    "ChannelOperation",
+    "ChannelState",
     "ChildFailed",
     "ChildFailedData",
     "ChildMilestone",
@@ -154,6 +210,9 @@ __all__ = [
     "EventBase",
     "ExtensionError",
     "ExtensionErrorData",
+    "GuardrailDenied",
+    "GuardrailDeniedData",
+    "GuardrailStage",
     "KnownEvent",
     "LedgerBatch",
     "ModelRef",
@@ -182,15 +241,21 @@ __all__ = [
     "UsageRecordedData",
     "UsageRow",
     "ViolationCode",
+    "channel_json_schema",
     "dead_letter_preview",
     "deny_list",
     "event_json_schema",
     "event_to_wire",
     "is_denied_key",
+    "is_legal_channel_transition",
     "is_terminal_agent_event_type",
     "mask_secrets",
+    "parse_any_batch",
     "parse_batch",
+    "parse_channel_batch",
+    "parse_channel_operation",
     "parse_event",
     "redact_unknown_data",
+    "render_channel_json_schema",
     "render_event_json_schema",
 ]

@@ -1,4 +1,4 @@
-"""Constants of the event contract (CONTRACT.md) and the one terminal-type predicate."""
+"""Constants of the event contract (schemas/CONTRACT.md) and the one terminal-type predicate."""
 
 from __future__ import annotations
 

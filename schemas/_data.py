@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, StringConstraints, model_validator
 from pydantic.config import JsonDict
 from pydantic_core import PydanticCustomError
 
@@ -21,6 +21,7 @@ from prism.schemas._types import (
     Count,
     Currency,
     Id,
+    JsonObject,
     Middleware,
     NonNegNumber,
     Number,
@@ -42,6 +43,8 @@ __all__ = [
     "ErrorEventData",
     "ExtensionErrorData",
     "FinishStopReason",
+    "GuardrailDeniedData",
+    "GuardrailStage",
     "ProviderTurnFinishedData",
     "RunLimitExceededData",
     "RunResumedData",
@@ -64,6 +67,9 @@ TurnStopReason = Literal[
 ]
 FinishStopReason = Literal["host_policy", "turn_limit", "token_limit", "refusal"]
 UsageScope = Literal["provider_turn", "run_total"]
+GuardrailStage = Literal["before_tool", "after_tool", "input", "output"]
+
+GUARDRAIL_RULE_PATTERN = r"^pack:[A-Za-z0-9._-]{1,64}/[A-Za-z0-9._:-]{1,128}$"
 
 STOP_DETAIL_MAX_BYTES = 256
 CLOSEST_MAX_ITEMS = 3
@@ -73,7 +79,7 @@ LAST_TOOL_CALL_HASHES_MAX_ITEMS = 10
 class AgentStartedData(WireModel):
     """``agent_started``: the run began."""
 
-    limits: dict[str, Any] | None = None
+    limits: JsonObject | None = None
     """The resolved run limits."""
     idempotency_key: str | None = None
 
@@ -146,7 +152,7 @@ class BudgetExhaustedData(WireModel):
     """``budget_exhausted``: attribution of a limit death, just before the terminal ``error``."""
 
     axis: str
-    counters: dict[str, Any]
+    counters: JsonObject
     """The run counters at exhaustion."""
     closest: Annotated[list[ClosestAxis], Field(max_length=CLOSEST_MAX_ITEMS)]
     """Up to three other axes closest to their limits."""
@@ -248,6 +254,18 @@ class ExtensionErrorData(WireModel):
 
     extension: str
     code: str
+
+
+class GuardrailDeniedData(WireModel):
+    """``guardrail_denied``: a guardrail pack rule denied a step (never the denied content)."""
+
+    turn: Ordinal | None = None
+    tool: Annotated[str, StringConstraints(min_length=1, max_length=256)] | None = None
+    """The tool whose call was denied, for the tool stages."""
+    rule: Annotated[str, StringConstraints(pattern=GUARDRAIL_RULE_PATTERN)]
+    """The denying rule as ``pack:<pack>/<rule>``, e.g. ``pack:secrets-hygiene/no-secret-args``."""
+    stage: GuardrailStage
+    """Where the guardrail ran: ``before_tool``, ``after_tool``, ``input`` or ``output``."""
 
 
 class AgentFinishedData(WireModel):

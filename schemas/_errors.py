@@ -29,6 +29,7 @@ _EXPECTED = {
     "bundleDigest": "'sha256:' followed by 64 lowercase hex digits",
     "middleware": "1..64 characters of [A-Za-z0-9._:-]",
     "currency": "an ISO 4217 code of three capital letters, e.g. 'USD'",
+    "rule": "'pack:<pack>/<rule>', e.g. 'pack:secrets-hygiene/no-secret-args'",
 }
 _DESCRIBED = {"string_pattern_mismatch", "string_type"}
 
@@ -39,7 +40,7 @@ class ContractViolation(ValueError):
     ``code`` says which kind (``unparsable``: not UTF-8, not JSON or not a JSON object;
     ``oversized``: over the size limit; ``contract_violation``: everything else) and
     ``reason`` is one line naming the field path and the offending value. Fix the
-    producer to follow CONTRACT.md; the pipeline routes such records to the DLQ.
+    producer to follow schemas/CONTRACT.md; the pipeline routes such records to the DLQ.
 
     >>> ContractViolation("oversized", "value is 2000000 bytes").code
     'oversized'
@@ -58,8 +59,15 @@ class ContractViolation(ValueError):
 
 
 def short_repr(value: Any, limit: int = MAX_VALUE_CHARS) -> str:
-    """``repr`` of a value cut to ``limit`` characters, on one line."""
-    text = repr(value)
+    """``repr`` of a value cut to ``limit`` characters, on one line (huge integers included)."""
+    if type(value) is int and value.bit_length() > 4 * limit:
+        # Never build the decimal string of a huge integer (slow, and capped by Python).
+        digits = int(value.bit_length() * 0.30103) + 1
+        return f"{'-' if value < 0 else ''}<an integer of about {digits} digits>"
+    try:
+        text = repr(value)
+    except ValueError:  # an object whose repr needs a too-long integer string
+        text = f"<{type(value).__name__} too large to show>"
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -90,6 +98,8 @@ def _describe(error: Any) -> str:
         if "value" not in ctx:
             return f"{_path(loc)}: {message}"
         value = ctx["value"]
+    elif "shown" in ctx:  # a checked value shown in its wire form (e.g. ts, cost)
+        value = ctx["shown"]
     else:
         value = error.get("input")
     return f"{_path(loc)}: {message} ({name}={short_repr(value)})"

@@ -23,6 +23,7 @@ from prism.schemas._data import (
     DeterministicTurnFinishedData,
     ErrorEventData,
     ExtensionErrorData,
+    GuardrailDeniedData,
     ProviderTurnFinishedData,
     RunLimitExceededData,
     RunResumedData,
@@ -32,7 +33,7 @@ from prism.schemas._data import (
     UsageRecordedData,
 )
 from prism.schemas._payloads import AgentRef, ModelRef, ParentRef
-from prism.schemas._types import BundleDigest, Count, Id, Timestamp, WireModel
+from prism.schemas._types import BundleDigest, Id, JsonObject, Seq, Timestamp, WireModel
 
 __all__ = [
     "KNOWN_EVENT_CLASSES",
@@ -50,6 +51,7 @@ __all__ = [
     "ErrorEvent",
     "EventBase",
     "ExtensionError",
+    "GuardrailDenied",
     "KnownEvent",
     "ProviderTurnFinished",
     "RunLimitExceeded",
@@ -73,8 +75,8 @@ class EventBase(WireModel):
     """Unique per event: the idempotency key (1..128 characters)."""
     run_id: Id
     """The run (1..128 characters); also the Kafka record key."""
-    seq: Count
-    """Emission order within the run, from 0, never reused."""
+    seq: Seq
+    """Emission order within the run, from 0, never reused; at most 10,000,000."""
     type: str
     """The event type."""
     ts: Timestamp
@@ -169,6 +171,11 @@ class ExtensionError(EventBase):
     data: ExtensionErrorData
 
 
+class GuardrailDenied(EventBase):
+    type: Literal["guardrail_denied"]
+    data: GuardrailDeniedData
+
+
 class AgentFinished(EventBase):
     type: Literal["agent_finished"]
     data: AgentFinishedData
@@ -200,11 +207,12 @@ KNOWN_EVENT_CLASSES: tuple[type[EventBase], ...] = (
     DelegationChildEventsCoalesced,
     UsageRecorded,
     ExtensionError,
+    GuardrailDenied,
     AgentFinished,
     AgentDenied,
     ErrorEvent,
 )
-"""Every event class of the contract, in CONTRACT.md order."""
+"""Every event class of the contract, in schemas/CONTRACT.md order."""
 
 KNOWN_EVENT_TYPES: frozenset[str] = frozenset(
     cls.model_fields["type"].annotation.__args__[0]  # type: ignore[union-attr]
@@ -217,7 +225,7 @@ class UnknownEvent(EventBase):
     """An event whose ``type`` the contract does not list: kept raw, affects no run state."""
 
     type: Annotated[str, Field(min_length=1)]
-    data: dict[str, Any]
+    data: JsonObject
 
     @field_validator("type")
     @classmethod
@@ -243,6 +251,7 @@ KnownEvent = Union[  # noqa: UP007 - a runtime union for pydantic
     DelegationChildEventsCoalesced,
     UsageRecorded,
     ExtensionError,
+    GuardrailDenied,
     AgentFinished,
     AgentDenied,
     ErrorEvent,
@@ -280,6 +289,7 @@ AgentEvent = Annotated[
         Annotated[DelegationChildEventsCoalesced, Tag("delegation_child_events_coalesced")],
         Annotated[UsageRecorded, Tag("usage_recorded")],
         Annotated[ExtensionError, Tag("extension_error")],
+        Annotated[GuardrailDenied, Tag("guardrail_denied")],
         Annotated[AgentFinished, Tag("agent_finished")],
         Annotated[AgentDenied, Tag("agent_denied")],
         Annotated[ErrorEvent, Tag("error")],

@@ -1,32 +1,44 @@
-"""The contract as a JSON Schema (Draft 2020-12) that runtimes in any language can validate against.
+"""The contract as JSON Schemas (Draft 2020-12) that runtimes in any language can validate against.
 
-Shape: the envelope's properties at the top level (``type`` any non-empty string, ``data``
-any object), plus one ``if type == X then data matches XData`` rule per contract type, so
-known types are validated strictly and unknown types still validate (forward compatible).
+Two committed files, one per family. Agent events: the envelope's properties at the top
+level (``type`` any non-empty string, ``data`` any object), plus one ``if type == X then
+data matches XData`` rule per contract type, so known types are validated strictly and
+unknown types still validate (forward compatible). Channel operations: one flat object.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, cast
 
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
+from prism.schemas._channel import CHANNEL_SCHEMA_ID, CHANNEL_TRANSITIONS, ChannelOperation
 from prism.schemas._constants import SCHEMA_ID, TERMINAL_TYPES
 from prism.schemas._events import KNOWN_EVENT_CLASSES, UnknownEvent
 
 __all__ = [
+    "CHANNEL_JSON_SCHEMA_ID",
+    "CHANNEL_JSON_SCHEMA_PATH",
     "EVENT_JSON_SCHEMA_ID",
     "EVENT_JSON_SCHEMA_PATH",
+    "JSON_SCHEMA_FILES",
+    "channel_json_schema",
     "event_json_schema",
+    "render_channel_json_schema",
     "render_event_json_schema",
 ]
 
 EVENT_JSON_SCHEMA_ID = "urn:prism:schema:prism.agent-event:v1"
 EVENT_JSON_SCHEMA_PATH = Path(__file__).with_name("prism-agent-event.v1.schema.json")
-"""The committed schema file (``prism-pipeline schema export`` writes it)."""
+"""The committed agent-event schema file (``prism-pipeline schema export`` writes it)."""
+
+CHANNEL_JSON_SCHEMA_ID = "urn:prism:schema:prism.channel-operation:v1"
+CHANNEL_JSON_SCHEMA_PATH = Path(__file__).with_name("prism-channel-operation.v1.schema.json")
+"""The committed channel-operation schema file, beside the agent-event one."""
 
 _DESCRIPTION = (
     f"One record value of the Prism agent-event topic ({SCHEMA_ID}). The envelope is "
@@ -34,7 +46,21 @@ _DESCRIPTION = (
     "listed here are accepted with any object `data` (forward compatible; they do not "
     "affect run state). Unknown fields are allowed and ignored. Terminal types: "
     f"{', '.join(sorted(TERMINAL_TYPES))}. Rules a JSON Schema cannot express (byte "
-    "lengths of stopDetail and error messages) are checked by the pipeline."
+    "lengths of stopDetail and error messages, the decimal places of a cost given as a "
+    "number, the exact ts range under an offset, integer ranges inside free-form objects) "
+    "are checked by the pipeline."
+)
+_CHANNEL_DESCRIPTION = (
+    f"One record value of the Prism channel-operation topic ({CHANNEL_SCHEMA_ID}): one "
+    "transition of a messaging-channel operation, keyed by operationId (by connectionId for "
+    "a denied admission, which has no operationId). Never carries message text. Legal "
+    "transitions: "
+    + "; ".join(
+        f"{state or '(first record)'} -> {' | '.join(sorted(following))}"
+        for state, following in CHANNEL_TRANSITIONS.items()
+        if following
+    )
+    + ". Others are quarantined by the pipeline (illegal_transition)."
 )
 
 
@@ -110,6 +136,49 @@ def event_json_schema() -> dict[str, Any]:
     return _tidy(schema)  # type: ignore[no-any-return]
 
 
+def channel_json_schema() -> dict[str, Any]:
+    """Build the Draft 2020-12 JSON Schema of one channel-operation record.
+
+    >>> channel_json_schema()["properties"]["schema"]["const"]
+    'prism.channel-operation/v1'
+    """
+    mode: Literal["validation"] = "validation"
+    _, defs = models_json_schema(
+        [(cast(type[BaseModel], ChannelOperation), mode)],
+        by_alias=True,
+        ref_template="#/$defs/{model}",
+    )
+    all_defs: dict[str, Any] = dict(defs["$defs"])
+    record = all_defs.pop("ChannelOperation")
+    record.pop("title", None)
+    record.pop("description", None)
+    schema = {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": CHANNEL_JSON_SCHEMA_ID,
+        "title": f"Prism channel operation ({CHANNEL_SCHEMA_ID})",
+        "description": _CHANNEL_DESCRIPTION,
+        **record,
+        "$defs": dict(sorted(all_defs.items())),
+    }
+    return _tidy(schema)  # type: ignore[no-any-return]
+
+
+def _render(schema: dict[str, Any]) -> str:
+    return json.dumps(schema, indent=2, ensure_ascii=False) + "\n"
+
+
 def render_event_json_schema() -> str:
-    """The exact text of the committed schema file (stable key order, trailing newline)."""
-    return json.dumps(event_json_schema(), indent=2, ensure_ascii=False) + "\n"
+    """The exact text of the committed agent-event schema file (stable keys, final newline)."""
+    return _render(event_json_schema())
+
+
+def render_channel_json_schema() -> str:
+    """The exact text of the committed channel-operation schema file."""
+    return _render(channel_json_schema())
+
+
+JSON_SCHEMA_FILES: dict[str, tuple[Path, Callable[[], str]]] = {
+    "agent-event": (EVENT_JSON_SCHEMA_PATH, render_event_json_schema),
+    "channel-operation": (CHANNEL_JSON_SCHEMA_PATH, render_channel_json_schema),
+}
+"""Every committed schema file: family -> (default path, renderer of its exact text)."""

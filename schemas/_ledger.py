@@ -1,10 +1,14 @@
 """Rows of the ClickHouse ledger: the shapes the run-semantics core emits and ``sinks`` stores.
 
 Each dataclass is one storage table; field names are column names, in column order.
-Rows that can be updated later (runs, turns, per-minute cache aggregates, alerts) carry
-a ``version``: the storage table is a ReplacingMergeTree keyed on the stable id, and the
-row with the highest version wins. Equal versions carry equal content, so a replay that
-writes the same row again changes nothing.
+Every row that can be re-stated later carries a ``version``: the storage table is a
+ReplacingMergeTree keyed on the stable id, and the row with the highest version wins.
+Equal versions carry equal content, so a replay that writes the same row again changes
+nothing. Rows derived from one event (raw event, usage, turn, quarantine) also carry
+``retracted``: when a later event shows the row should not count (a post-terminal event
+found after it was written, a duplicate usage, an ownership change), the core writes the
+same key again with a higher version and ``retracted=True``, and the views drop it
+(schemas/CONTRACT.md rule 10). Nothing is ever mutated in place.
 
 ``None`` means absent (NULL in the ledger); 0 means a reported zero (CONTRACT.md rule 7).
 """
@@ -17,7 +21,6 @@ from decimal import Decimal
 
 __all__ = [
     "AlertRow",
-    "CacheMinuteRow",
     "DeadLetterRow",
     "LedgerBatch",
     "QuarantineRow",
@@ -68,8 +71,10 @@ class RunRow:
     exhaustion_observed: float | None
     exhaustion_axis: str | None
     exhaustion_closest: str | None  # JSON array of {axis, used, maximum}
-    missing_seqs: list[int]
+    missing_ranges: list[tuple[int, int]]  # inclusive seq ranges, at most 64 (rule 13)
+    missing_count: int  # every missing seq, also beyond the stored ranges
     usage_mismatch: bool
+    clock_skew: bool  # an event was stamped beyond the pipeline clock plus the skew (rule 14)
     event_count: int
     max_seq: int
     closed: bool  # the closed record was emitted (prism.runs.closed)
@@ -108,6 +113,7 @@ class TurnRow:
     run_input_used: int | None
     max_turns: int | None
     version: int
+    retracted: bool = False
 
 
 @dataclass(slots=True)
@@ -139,6 +145,7 @@ class UsageRow:
     # core re-emits the estimate with superseded=True and a higher version when it sees both
     superseded: bool = False
     version: int = 1
+    retracted: bool = False
 
 
 @dataclass(slots=True)
@@ -165,30 +172,8 @@ class RawEventRow:
     partition: int  # Kafka partition, -1 for a file
     offset: int  # Kafka offset, or the file's line number
     received_at: datetime
-
-
-@dataclass(slots=True)
-class CacheMinuteRow:
-    """Per-minute cache totals of one source partition (table ``cache_minute_store``).
-
-    Key ``(minute, tenant_id, provider, model, partition)``; ``version`` is the number of
-    turns counted so far, so a later row for the same key always has a higher version.
-    The ``cache_hits_1m`` view sums partitions and derives the token-weighted hit rate.
-    """
-
-    minute: datetime
-    tenant_id: str
-    provider: str
-    model: str
-    partition: int
-    turns: int
-    turns_reporting_cache: int
-    turns_not_reporting_cache: int
-    input_tokens: int  # over all turns that report input tokens
-    input_tokens_reporting_cache: int  # over turns that report both cache reads and input
-    cache_read_tokens: int
-    cache_write_tokens: int
-    version: int
+    version: int = 1
+    retracted: bool = False
 
 
 @dataclass(slots=True)
@@ -201,12 +186,14 @@ class QuarantineRow:
     type: str
     ts: datetime
     tenant_id: str | None
-    reason: str  # post_terminal|conflicting_terminal
+    reason: str  # tenant_mismatch|duplicate_seq|post_terminal|conflicting_terminal|duplicate_usage
     payload: str  # JSON of the whole envelope
     source: str
     partition: int
     offset: int
     received_at: datetime
+    version: int = 1
+    retracted: bool = False
 
 
 @dataclass(slots=True)
@@ -259,7 +246,6 @@ class LedgerBatch:
     turns: list[TurnRow] = field(default_factory=list)
     usage: list[UsageRow] = field(default_factory=list)
     events: list[RawEventRow] = field(default_factory=list)
-    cache_minutes: list[CacheMinuteRow] = field(default_factory=list)
     quarantine: list[QuarantineRow] = field(default_factory=list)
     dead_letters: list[DeadLetterRow] = field(default_factory=list)
     alerts: list[AlertRow] = field(default_factory=list)

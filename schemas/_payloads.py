@@ -15,6 +15,7 @@ from prism.schemas._types import (
     Id,
     Number,
     Ratio,
+    SmallCount,
     Utf8MaxBytes,
     WireModel,
 )
@@ -130,7 +131,7 @@ class Budgets(WireModel):
 class ToolsInfo(WireModel):
     """The tool menu offered on a provider turn."""
 
-    count: Count
+    count: SmallCount
     ids_hash: str
     """Hash of the offered tool ids; identical menus keep the same hash."""
 

@@ -42,6 +42,7 @@ from prism.sinks._grants import (
 from prism.sinks._migrate import load_migrations, migrate, render_migrations
 from prism.sinks._queries import QueryResult, query, run_timeline
 from prism.sinks._readonly import check_read_only, read_only_query
+from prism.sinks._state import StateTable
 from prism.sinks._tables import STORAGE_TABLES, VIEWS
 from prism.sinks._writer import INSERT_SETTINGS, FlushResult, InsertHook, LedgerWriter, SourceRange
 
@@ -68,6 +69,7 @@ __all__ = [
     "QueryResult",
     "SecretDsn",
     "SourceRange",
+    "StateTable",
     "accounts",
     "billing_report",
     "check_read_only",

@@ -3,9 +3,9 @@
 Three roles, each with a login of the same purpose (SECURITY.md has the threat model):
 
 ``prism_writer`` (user ``prism_writer``, the worker)
-    INSERT and SELECT on the storage tables (``*_store``) only, SELECT on
-    ``schema_migrations``; no DDL (the one-shot ``migrate`` runs as an administrator), no
-    views, no other database.
+    INSERT and SELECT on the storage tables (``*_store``) and ``ingest_state`` (the state
+    ``ingest-file`` keeps), SELECT on ``schema_migrations``; no DDL (the one-shot
+    ``migrate`` runs as an administrator), no views, no other database.
 ``prism_reader`` (user ``prism_reader``, billing, ``query``, ``tail --from-ledger``)
     SELECT on the views and the storage tables they read; ``readonly = 2`` (settings may
     change for the driver, nothing may be written); every tenant.
@@ -41,6 +41,7 @@ from dataclasses import dataclass
 
 from prism.sinks._client import validate_identifier
 from prism.sinks._errors import LedgerConfigError
+from prism.sinks._state import STATE_TABLE
 from prism.sinks._tables import STORAGE_TABLES, VIEWS, columns_of
 
 __all__ = [
@@ -174,6 +175,8 @@ def grants_sql(
     writer_role = f"{WRITER}_role"
     out += [f"GRANT{on} SELECT, INSERT ON {db}.{t} TO {writer_role}" for t in stores]
     out.append(f"GRANT{on} SELECT ON {db}.schema_migrations TO {writer_role}")
+    # ingest-file keeps the core's state beside the ledger (sinks.StateTable).
+    out.append(f"GRANT{on} SELECT, INSERT ON {db}.{STATE_TABLE} TO {writer_role}")
     # Readers: the views and what the views read.
     for role, system in ((f"{READER}_role", DRIVER_SYSTEM_TABLES),
                          (grafana_role, GRAFANA_SYSTEM_TABLES)):  # fmt: skip

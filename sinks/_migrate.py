@@ -252,7 +252,7 @@ def _ensure_ttl(client: Client, database: str, cluster: str | None, days: int) -
     _run(
         client,
         f"ALTER TABLE {database}.run_events_store{on_cluster} "
-        f"MODIFY TTL toDateTime(ts) + INTERVAL {days} DAY",
+        f"MODIFY TTL toDateTime(received_at) + INTERVAL {days} DAY",
         "change the raw event TTL",
     )
     log.info("raw event TTL of %s set to %d days", database, days)

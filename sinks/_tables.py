@@ -7,7 +7,6 @@ from typing import Any
 
 from prism.schemas import (
     AlertRow,
-    CacheMinuteRow,
     DeadLetterRow,
     QuarantineRow,
     RawEventRow,
@@ -24,7 +23,6 @@ STORAGE_TABLES: dict[str, tuple[str, type[Any]]] = {
     "usage": ("usage_store", UsageRow),
     "turns": ("turns_store", TurnRow),
     "runs": ("runs_store", RunRow),
-    "cache_minutes": ("cache_minute_store", CacheMinuteRow),
     "quarantine": ("quarantine_store", QuarantineRow),
     "dead_letters": ("dead_letters_store", DeadLetterRow),
     "alerts": ("alerts_store", AlertRow),

@@ -124,12 +124,14 @@ class LedgerWriter:
       context per table) with ``insert_deduplication_token`` =
       ``"{table}:{source}:{partition}:{first}-{last}:{sha256 of the rows}"``, so a repeated
       insert of the same rows from the same offsets is dropped by ClickHouse, while
-      different rows from the same offsets are kept. Transient errors (network, timeouts,
-      too many parts) are retried ``retries`` times with exponential backoff.
+      different rows from the same offsets are kept. It tries each insert once: retrying
+      is the caller's job (the shell that holds the offsets owns the retry policy).
     - When a flush returns, the rows are stored: commit offsets up to ``result.ranges``.
       When it raises ``LedgerWriteError``, nothing of the failed table is known to be
-      stored: do not commit; the rows stay in the writer and the next ``flush()`` retries
-      them first, with the same tokens (no row is added twice), or ``discard()`` drops them.
+      stored: do not commit. ``error.transient`` says whether trying again may succeed
+      (network, timeouts, too many parts); the rows stay in the writer and the next
+      ``flush()`` retries them first, with the same tokens (no row is added twice). A
+      permanent error (rows the ledger cannot store) will not go away: ``discard()``.
 
     Not thread-safe: one writer per consumer task.
 
@@ -148,28 +150,19 @@ class LedgerWriter:
         *,
         max_rows: int = 50_000,
         max_seconds: float = 1.0,
-        retries: int = 5,
-        backoff: float = 0.2,
-        max_backoff: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], None] = time.sleep,
         insert_hook: InsertHook | None = None,
     ) -> None:
-        if max_rows < 1 or max_seconds <= 0 or retries < 0 or backoff < 0:
+        if max_rows < 1 or max_seconds <= 0:
             raise LedgerConfigError(
-                f"LedgerWriter needs max_rows >= 1, max_seconds > 0, retries >= 0 and "
-                f"backoff >= 0; got max_rows={max_rows}, max_seconds={max_seconds}, "
-                f"retries={retries}, backoff={backoff}"
+                f"LedgerWriter needs max_rows >= 1 and max_seconds > 0; got "
+                f"max_rows={max_rows}, max_seconds={max_seconds}"
             )
         self._client = client
         self._database = validate_identifier(database)
         self.max_rows = max_rows
         self.max_seconds = max_seconds
-        self.retries = retries
-        self.backoff = backoff
-        self.max_backoff = max_backoff
         self._clock = clock
-        self._sleep = sleep
         self._hook = insert_hook
         self._buffer = _Buffer()
         self._inflight: _Cut | None = None
@@ -188,15 +181,15 @@ class LedgerWriter:
         inflight = sum(c.rows for c in self._inflight.chunks) if self._inflight else 0
         return self._buffer.count + inflight
 
-    def add(self, batch: LedgerBatch, source: SourceRange) -> None:
-        """Buffer ``batch``'s rows, derived from ``source`` (no I/O)."""
+    def add(self, batch: LedgerBatch, *sources: SourceRange) -> None:
+        """Buffer ``batch``'s rows, derived from ``sources`` (no I/O)."""
         buf = self._buffer
         for name in STORAGE_TABLES:
             rows = getattr(batch, name)
             if rows:
                 buf.rows[name].extend(rows)
                 buf.count += len(rows)
-        buf.ranges.append(source)
+        buf.ranges.extend(sources)
         if buf.since is None:
             buf.since = self._clock()
 
@@ -271,52 +264,34 @@ class LedgerWriter:
         return attempts
 
     def _insert(self, chunk: _Chunk, cut: _Cut) -> int:
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                context = self._context(chunk.table)
-                context.settings["insert_deduplication_token"] = chunk.token
-                context.data = chunk.columns
+        context = self._context(chunk.table)
+        context.settings["insert_deduplication_token"] = chunk.token
+        context.data = chunk.columns
 
-                def insert(context: InsertContext = context) -> object:
-                    return self._client.insert(context=context)
+        def insert(context: InsertContext = context) -> object:
+            return self._client.insert(context=context)
 
-                if self._hook is None:
-                    insert()
-                else:
-                    self._hook(chunk.table, insert)
-                return attempt
-            except Exception as exc:
-                transient = is_transient(exc)
-                if not transient or attempt > self.retries:
-                    pending = sum(c.rows for c in cut.chunks) + self._buffer.count
-                    kind = "transient" if transient else "permanent"
-                    raise LedgerWriteError(
-                        f"insert of {chunk.rows} rows into {self._database}.{chunk.table} "
-                        f"failed after {attempt} attempt(s) ({kind} error: {exc}); "
-                        f"{pending} rows stay pending: do not commit offsets, call flush() "
-                        "again later (or discard() to abandon them)",
-                        table=chunk.table,
-                        rows=pending,
-                        attempts=attempt,
-                        transient=transient,
-                    ) from exc
-                delay = min(self.backoff * 2 ** (attempt - 1), self.max_backoff)
-                log.warning(
-                    "insert into %s.%s failed (attempt %d of %d), retrying in %.2fs: %s",
-                    self._database,
-                    chunk.table,
-                    attempt,
-                    self.retries + 1,
-                    delay,
-                    exc,
-                )
-                self._sleep(delay)
-            finally:
-                ctx = self._contexts.get(chunk.table)
-                if ctx is not None:
-                    ctx.data = None
+        try:
+            if self._hook is None:
+                insert()
+            else:
+                self._hook(chunk.table, insert)
+        except Exception as exc:
+            transient = is_transient(exc)
+            pending = sum(c.rows for c in cut.chunks) + self._buffer.count
+            kind = "transient" if transient else "permanent"
+            raise LedgerWriteError(
+                f"insert of {chunk.rows} rows into {self._database}.{chunk.table} failed "
+                f"({kind} error: {exc}); {pending} rows stay pending: do not commit offsets"
+                + (", flush() again later" if transient else ", discard() them"),
+                table=chunk.table,
+                rows=pending,
+                attempts=1,
+                transient=transient,
+            ) from exc
+        finally:
+            context.data = None
+        return 1
 
     def _context(self, table: str) -> InsertContext:
         context = self._contexts.get(table)

@@ -17,7 +17,6 @@ from typing import Any
 
 from prism.schemas import (
     AlertRow,
-    CacheMinuteRow,
     DeadLetterRow,
     QuarantineRow,
     RawEventRow,
@@ -29,7 +28,6 @@ from prism.schemas import (
 __all__ = [
     "FailingInserts",
     "alert_row",
-    "cache_minute_row",
     "dead_letter_row",
     "event_row",
     "quarantine_row",
@@ -91,9 +89,9 @@ def run_row(run_id: str, **overrides: Any) -> RunRow:
         error_message=None, failure_class=None, abort_reason=None, denied_reason=None,
         model_turns=1, deterministic_turns=0, tool_calls=0, cache_hit_rate=None,
         exhaustion_limit=None, exhaustion_maximum=None, exhaustion_observed=None,
-        exhaustion_axis=None, exhaustion_closest=None, missing_seqs=[],
-        usage_mismatch=False, event_count=4, max_seq=3, closed=True, timeline="{}",
-        version=1,
+        exhaustion_axis=None, exhaustion_closest=None, missing_ranges=[], missing_count=0,
+        usage_mismatch=False, clock_skew=False, event_count=4, max_seq=3, closed=True,
+        timeline="{}", version=1,
     )  # fmt: skip
     values.update(overrides)
     return RunRow(**values)
@@ -135,17 +133,6 @@ def event_row(event_id: str, run_id: str, seq: int = 0, **overrides: Any) -> Raw
     )  # fmt: skip
     values.update(overrides)
     return RawEventRow(**values)
-
-
-def cache_minute_row(partition: int = 0, **overrides: Any) -> CacheMinuteRow:
-    values: dict[str, Any] = dict(
-        minute=T0, tenant_id="acme", provider="anthropic", model="claude",
-        partition=partition, turns=1, turns_reporting_cache=1, turns_not_reporting_cache=0,
-        input_tokens=100, input_tokens_reporting_cache=100, cache_read_tokens=50,
-        cache_write_tokens=0, version=1,
-    )  # fmt: skip
-    values.update(overrides)
-    return CacheMinuteRow(**values)
 
 
 def quarantine_row(event_id: str, run_id: str, **overrides: Any) -> QuarantineRow:

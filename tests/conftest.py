@@ -13,8 +13,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from prism.devstack import LocalKafka, free_port
+
+# Property tests: a fixed seed and a bounded search in CI; `--hypothesis-profile=deep`
+# searches longer on a developer's machine.
+settings.register_profile("ci", max_examples=60, derandomize=True, deadline=None)
+settings.register_profile("deep", max_examples=3000, deadline=None)
+settings.load_profile("ci")
 
 
 @pytest.fixture(scope="session")

@@ -18,7 +18,9 @@ def register(sub: argparse._SubParsersAction) -> None:
             "per line, '-' for stdin): for backfills, debugging and reproducible results. "
             "Malformed lines go to the dead_letters table with their line number. At the end "
             "every run whose terminal arrived is closed and the stale rule is applied on the "
-            "event-time watermark. Prints a summary."
+            "event-time watermark. The run state is kept in the ledger (table ingest_state), "
+            "so a backfill split over several files gives the ledger one file would. Prints "
+            "a summary."
         ),
     )
     p.add_argument("path", help="JSONL file, or - for standard input")
@@ -30,9 +32,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    import uuid
+
     from prism import sinks
+    from prism.pipeline._store import LedgerStore, open_ledger
     from prism.pipeline.ingest import ingest_lines, iter_lines, open_input
-    from prism.pipeline.worker import core_config
 
     over = {}
     if args.clickhouse:
@@ -42,32 +46,24 @@ def _run(args: argparse.Namespace) -> int:
     settings = load_settings(**over)
     if args.path != "-" and not os.path.isfile(args.path):
         raise FileNotFoundError(f"no such file: {args.path!r}")
-    client = sinks.connect(settings.clickhouse_dsn, settings.clickhouse_database)
-    sinks.migrate(
-        client,
-        settings.clickhouse_database,
-        cluster=settings.clickhouse_cluster,
-        raw_event_ttl_days=settings.raw_event_ttl_days,
-    )
-    writer = sinks.LedgerWriter(client, settings.clickhouse_database)
+    client = open_ledger(settings)
+    store = LedgerStore(sinks.LedgerWriter(client, settings.clickhouse_database))
     bar = None
     if not args.no_progress and sys.stderr.isatty():
         from tqdm import tqdm
 
-        total = os.path.getsize(args.path) if args.path != "-" else None
-        bar = tqdm(
-            total=None if total is None else _count_lines(args.path),
-            unit="line",
-            desc="ingest",
-            file=sys.stderr,
-        )
-    source = "file:" + ("<stdin>" if args.path == "-" else os.path.abspath(args.path))
+        total = None if args.path == "-" else _count_lines(args.path)
+        bar = tqdm(total=total, unit="line", desc="ingest", file=sys.stderr)
+    # A file is known by its path, so ingesting it again changes nothing; standard input
+    # cannot be recognised, so each reading is a source of its own.
+    source = f"stdin:{uuid.uuid4()}" if args.path == "-" else "file:" + os.path.abspath(args.path)
     with open_input(args.path) as stream:
         summary = ingest_lines(
-            iter_lines(stream),
+            iter_lines(stream, settings.max_event_bytes),
             source=source,
-            sink=writer,
-            config=core_config(settings),
+            store=store,
+            config=settings.core_config(processing_grace=False),
+            state=sinks.StateTable(client, settings.clickhouse_database),
             batch_size=args.batch_size,
             max_event_bytes=settings.max_event_bytes,
             on_batch=bar.update if bar is not None else None,

@@ -27,11 +27,34 @@ chaos knobs (all off by default):
   --malformed P             per run: a junk record (truncated JSON, invalid UTF-8, non-object
                             JSON, wrong types, a priced estimate), replacing an event or extra
   --oversized P             per run: one event padded over --max-event-bytes, replacing it
-Each knob above 0 happens at least once. With --runs >= 200 every scenario appears.
+  --hostile P               per run, one hostile producer behaviour:
+                              reorder_terminal  a priced usage row after the terminal is
+                                                delivered before it (still post-terminal)
+                              late_tenant       the first 1-3 events omit tenantId
+                              clock_skew        the producer stamps ts in the year 2199
+                              run_id_collision  another tenant's later run reuses the runId
+                              duplicate_usage   one turn's reported usage is sent twice
+                              quiet_partition   a run without terminal whose runId hashes to
+                                                a partition (of --partitions) no other run uses
+  --guardrail-denials P     per run with tool rounds: 1-2 guardrail_denied events
+                            (pack:<pack>/<rule>, never the denied content)
+  --limit-death-burst N     N runs of one tenant die on maxTurns within ~2 minutes, so the
+                            exhaustion alert fires (N >= --alert-threshold)
+  --channel-operations N    N messaging-channel admissions to <prefix>.channel-operations:
+                            delivered, notices, send threw (delivery_unknown), process died
+                            (execution_unknown, or stuck executing), cancellations, denials
+                            (capacity bursts among them), transport duplicates, reconciles,
+                            out-of-order and illegal transitions
+Each knob above 0 happens at least once (where a run fits it). With --runs >= 200 every
+scenario appears. Knobs left off keep a fleet byte-identical to one made without them.
+The manifest judges event time against --processing-clock (default: the fleet's last
+delivery): check a pipeline with the same clock.
 
 examples:
   prism-pipeline simulate --runs 1000 --seed 7 --out fleet.jsonl --manifest manifest.json
   prism-pipeline simulate --runs 5000 --kafka 127.0.0.1:9092 --rate 2000 --duplicates 0.02
+  prism-pipeline simulate --runs 3000 --hostile 0.02 --limit-death-burst 6 \\
+      --channel-operations 500 --guardrail-denials 0.05 --out fleet.jsonl --manifest m.json
 """
 
 
@@ -52,6 +75,16 @@ def _positive(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
     if not value > 0:
         raise argparse.ArgumentTypeError(f"{text} must be > 0")
+    return value
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text} must be >= 0")
     return value
 
 
@@ -93,6 +126,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--topic", help="input topic (default: <PRISM_TOPIC_PREFIX>.agent-events)")
     p.add_argument(
+        "--channel-topic",
+        help="topic of channel operations (default: beside --topic, <prefix>.channel-operations)",
+    )
+    p.add_argument(
         "--rate", type=_positive, help="records per second (default: as fast as possible)"
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -103,6 +140,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     chaos.add_argument("--conflicting-terminals", type=_probability, default=0.0, metavar="P")
     chaos.add_argument("--malformed", type=_probability, default=0.0, metavar="P")
     chaos.add_argument("--oversized", type=_probability, default=0.0, metavar="P")
+    chaos.add_argument("--hostile", type=_probability, default=0.0, metavar="P")
+    chaos.add_argument("--guardrail-denials", type=_probability, default=0.0, metavar="P")
+    chaos.add_argument("--limit-death-burst", type=_count, default=0, metavar="N")
+    chaos.add_argument("--channel-operations", type=_count, default=0, metavar="N")
+    chaos.add_argument(
+        "--partitions",
+        type=_count,
+        default=4,
+        metavar="N",
+        help="partitions of the input topic the quiet partition is chosen among "
+        "(match PRISM_PARTITIONS; default 4)",
+    )
     clock = p.add_argument_group("event time")
     clock.add_argument(
         "--start",
@@ -123,6 +172,21 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="SECONDS",
         help="manifest: a run without terminal idle this long before the fleet's last "
         "event is incomplete (default 3600)",
+    )
+    clock.add_argument(
+        "--processing-clock",
+        type=_timestamp,
+        metavar="TS",
+        help="manifest: the pipeline's clock (events beyond it plus 300 s are clock-skewed; "
+        "default: the fleet's last delivery time)",
+    )
+    clock.add_argument(
+        "--alert-threshold",
+        type=_count,
+        default=5,
+        metavar="N",
+        help="manifest: limit deaths in 300 s of one tenant and axis that fire the exhaustion "
+        "alert (PRISM_ALERT_LIMIT_DEATHS_THRESHOLD; default 5)",
     )
     clock.add_argument(
         "--max-event-bytes",
@@ -150,16 +214,38 @@ def _run(args: argparse.Namespace) -> int:
         conflicting_terminals=args.conflicting_terminals,
         malformed=args.malformed,
         oversized=args.oversized,
+        hostile=args.hostile,
+        guardrail_denials=args.guardrail_denials,
+        limit_death_burst=args.limit_death_burst,
+        channel_operations=args.channel_operations,
+        partitions=args.partitions,
         stale_after_seconds=args.stale_after,
         max_event_bytes=args.max_event_bytes,
+        processing_clock=args.processing_clock,
+        alert_threshold=args.alert_threshold,
     )
     fleet = simulate(config)
-    counts = fleet.manifest["counts"]
+    manifest = fleet.manifest
+    counts = manifest["counts"]
+    quarantine = {k: v for k, v in manifest["quarantine"].items() if v}
     print(
         f"simulated {args.runs} runs (seed {args.seed}): {counts['records']} records, "
         f"{counts['valid_records']} valid, {counts['duplicates']} duplicates; "
-        f"dlq {fleet.manifest['dlq']}, quarantine {fleet.manifest['quarantine']}"
+        f"dlq {manifest['dlq']}, quarantine {quarantine}"
     )
+    alerts = manifest["alerts"]["run_limit_exhaustion"]
+    if alerts:
+        print(
+            "expected exhaustion alerts: "
+            + ", ".join(f"{a['tenant_id']}/{a['key']} at {a['fired_at']}" for a in alerts)
+        )
+    if manifest["channels"]:
+        ch = manifest["channels"]
+        states = {k: v for k, v in ch["operations_by_state"].items() if v}
+        print(
+            f"channel operations: {ch['counts']['unique_records']} records, {states}, "
+            f"{len(ch['open_items'])} open items, {len(ch['stuck'])} stuck"
+        )
     if args.out is not None:
         lines = write_jsonl(fleet, args.out)
         print(f"wrote {lines} lines to {args.out}")
@@ -176,11 +262,20 @@ def _run(args: argparse.Namespace) -> int:
         topic = args.topic or settings.topics.input
         result = asyncio.run(
             publish_to_kafka(
-                fleet, bootstrap, topic, rate=args.rate, progress=not args.no_progress, **kwargs
+                fleet,
+                bootstrap,
+                topic,
+                rate=args.rate,
+                progress=not args.no_progress,
+                channel_topic=args.channel_topic,
+                **kwargs,
             )
         )
+        where = " and ".join(f"{n} to {t}" for t, n in result.per_topic.items())
+        if len(result.per_topic) == 1:
+            where = f"to {topic}"
         print(
-            f"produced {result.records} records to {topic} at {bootstrap} in "
+            f"produced {result.records} records {where} at {bootstrap} in "
             f"{result.seconds:.1f} s ({result.rate:,.0f} records/s)",
             file=sys.stdout,
         )

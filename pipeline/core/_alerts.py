@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import orjson
@@ -20,7 +20,16 @@ from prism.schemas import AlertRow
 from ._run import from_us, to_us
 from ._types import LimitDeath, OutRecord
 
-__all__ = ["ExhaustionAlerter", "alert_record", "stale_alert"]
+__all__ = [
+    "RULE_EXHAUSTION",
+    "RULE_STALE",
+    "ExhaustionAlerter",
+    "alert_record",
+    "death_record",
+    "decode_alerter_input",
+    "stale_alert",
+    "watermark_record",
+]
 
 RULE_EXHAUSTION = "run_limit_exhaustion"
 RULE_STALE = "stale_run"
@@ -169,3 +178,37 @@ def alert_record(row: AlertRow) -> OutRecord:
         "version": row.version,
     }
     return OutRecord(key=row.alert_id.encode(), value=orjson.dumps(value))
+
+
+# -- the limit-deaths topic: what the worker's partitions send the one alerter -------------
+
+
+def death_record(death: LimitDeath) -> OutRecord:
+    """A limit death for the single-partition ``<prefix>.limit-deaths`` topic."""
+    value = {
+        "tenantId": death.tenant_id,
+        "axis": death.axis,
+        "runId": death.run_id,
+        "ts": death.ts.isoformat(),
+    }
+    return OutRecord(key=f"{death.tenant_id}|{death.axis}".encode(), value=orjson.dumps(value))
+
+
+def watermark_record(partition: int, watermark_us: int) -> OutRecord:
+    """A partition's event-time watermark, so the alerter resolves alerts as time passes."""
+    return OutRecord(key=b"wm", value=orjson.dumps({"wm": watermark_us, "p": partition}))
+
+
+def decode_alerter_input(values: list[bytes]) -> tuple[list[LimitDeath], int]:
+    """The deaths and the highest watermark in a batch of ``limit-deaths`` record values."""
+    deaths: list[LimitDeath] = []
+    wm = 0
+    for raw in values:
+        d = orjson.loads(raw or b"{}")
+        if "wm" in d:
+            wm = max(wm, int(d["wm"]))
+        else:
+            deaths.append(
+                LimitDeath(d["tenantId"], d["axis"], d["runId"], datetime.fromisoformat(d["ts"]))
+            )
+    return deaths, wm

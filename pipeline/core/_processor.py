@@ -1,56 +1,84 @@
 """The run-semantics processor of one source partition (or of a whole file).
 
-``process(deliveries, now)`` applies CONTRACT.md's rules to a batch of parsed events and
-returns an ``Output``: ledger rows, quarantine / runs-closed / alert records, limit deaths
-for the exhaustion alerter and the state writes the shell must persist. Event time (the
-partition's watermark) drives staleness, grace and retention, so a replay gives the same
-answer as the live stream; processing time (``now``) only shortens the grace wait.
+``process(deliveries, now)`` adds each new event to its run, then settles every touched
+run once: ``classify`` decides which of its events count, and the rows whose verdict or
+owner changed since they were last written are written again with a higher version
+(retracted where they no longer count). Staleness, grace and retention follow the shared
+``EventClock`` (one pipeline-wide, skew-clamped watermark), so the ledger is a function of
+the set of events delivered (schemas/CONTRACT.md rule 10); processing time (``now``)
+only shortens the grace wait, and only when ``CoreConfig.processing_grace`` says so.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
-from prism.schemas import (
-    QuarantineRow,
-    event_to_wire,
-    is_terminal_agent_event_type,
-)
+from prism.schemas import is_terminal_agent_event_type
 
-from ._alerts import alert_record, stale_alert
-from ._cache import CacheMinutes
-from ._rows import data_of, raw_row, usage_rows
-from ._run import RunState, from_us, to_us
-from ._timeline import run_row, turn_rows, view_of
-from ._types import CoreConfig, Delivery, LimitDeath, Output, OutRecord
+from ._alerts import RULE_STALE, alert_record, stale_alert
+from ._classify import DUPLICATE_SEQ, TENANT_MISMATCH, classify
+from ._rows import (
+    OWNER_FIELDS,
+    data_of,
+    quarantine_record,
+    quarantine_row,
+    raw_row,
+    turn_rows,
+    usage_row,
+)
+from ._run import RunState, fact_of, from_us, id_hash, to_us
+from ._timeline import RunView, run_row, view_of
+from ._types import CoreConfig, Delivery, EventClock, LimitDeath, Output, OutRecord
 
 __all__ = ["Processor"]
 
 _RUN_PREFIX = "r\x1f"
 _META_PREFIX = "m\x1f"
-_TurnKey = tuple[str, int, int]
+_US = 1_000_000
+
+
+@dataclass(slots=True)
+class _Tx:
+    """What changed since ``begin``: each run as it was before its first change."""
+
+    runs: dict[str, RunState | None] = field(default_factory=dict)
+    watermark_us: int = 0
+    next_offset: int | None = None
+    last_scan_us: int = 0
 
 
 class Processor:
     """Pure run semantics for one partition; state is a dict of ``RunState`` by run id."""
 
-    def __init__(self, config: CoreConfig | None = None, partition: int = -1) -> None:
+    def __init__(
+        self, config: CoreConfig | None = None, partition: int = -1, clock: EventClock | None = None
+    ) -> None:
         self.config = config or CoreConfig()
         self.partition = partition
+        self.clock = clock or EventClock(self.config.max_clock_skew_s)
         self.runs: dict[str, RunState] = {}
-        self.watermark_us = 0
         self.next_offset: int | None = None  # next source offset to process (set by the shell)
-        self.cache = CacheMinutes(partition)
-        self._pending_close: set[str] = set()  # terminal seen, closed record not yet emitted
+        self._pending_close: set[str] = set()  # terminal known, closed record not yet emitted
         self._open: set[str] = set()  # no terminal, not incomplete
-        self._retire: deque[tuple[int, str]] = deque()  # (watermark when closed/incomplete, run id)
+        self._retire: deque[tuple[int, str]] = deque()  # (watermark when closed/incomplete, id)
+        self._shrink: deque[tuple[int, str]] = deque()  # (watermark to shrink at, run id)
         self._last_scan_us = 0
         self._dirty: set[str] = set()
         self._dropped: set[str] = set()
+        self._tx: list[_Tx] = []
+
+    @property
+    def _grace_us(self) -> int:
+        return int(self.config.grace_period_s * _US)
+
+    @property
+    def watermark_us(self) -> int:
+        return self.clock.watermark_us
 
     # -- state --------------------------------------------------------------------------
     @property
@@ -64,7 +92,7 @@ class Processor:
     def owns_key(self, key: str) -> bool:
         """Whether a state key belongs to this partition's processor."""
         kind, _, rest = key.partition("\x1f")
-        return rest.split("\x1f", 1)[0] == str(self.partition) and kind in ("r", "m", "c")
+        return rest.split("\x1f", 1)[0] == str(self.partition) and kind in ("r", "m")
 
     def load(self, items: Iterable[tuple[str, bytes]]) -> None:
         """Restore state written earlier by ``Output.state_writes`` (e.g. from a changelog)."""
@@ -73,11 +101,10 @@ class Processor:
                 self._index(RunState.from_bytes(value))
             elif key == self.meta_key:
                 meta = orjson.loads(value)
-                self.watermark_us = meta["wm"]
+                self.clock.restore(meta["wm"])
                 self.next_offset = meta.get("no")
-            elif key.startswith("c\x1f"):
-                self.cache.load(key, value)
         self._retire = deque(sorted(self._retire))
+        self._shrink = deque(sorted(self._shrink))
 
     def _index(self, run: RunState) -> None:
         self.runs[run.run_id] = run
@@ -89,17 +116,62 @@ class Processor:
             self._open.add(run.run_id)
         if run.closed and run.closed_wm_us is not None:
             self._retire.append((run.closed_wm_us, run.run_id))
+            if run.tombstone is None:
+                self._shrink.append((run.closed_wm_us + self._grace_us, run.run_id))
         elif run.incomplete and run.last_us is not None:
             self._retire.append((run.last_us, run.run_id))
+
+    # -- transactions (poison isolation) ------------------------------------------------
+    def begin(self) -> None:
+        """Start remembering changes, so ``rollback`` can undo them; transactions nest."""
+        self._tx.append(
+            _Tx(
+                watermark_us=self.clock.watermark_us,
+                next_offset=self.next_offset,
+                last_scan_us=self._last_scan_us,
+            )
+        )
+
+    def commit(self) -> None:
+        """Keep the changes since the matching ``begin``."""
+        done = self._tx.pop()
+        if self._tx:
+            outer = self._tx[-1].runs
+            for run_id, before in done.runs.items():
+                outer.setdefault(run_id, before)
+
+    def rollback(self) -> None:
+        """Undo every change since the matching ``begin`` (its outputs must not be used)."""
+        tx = self._tx.pop()
+        for run_id, before in tx.runs.items():
+            self._pending_close.discard(run_id)
+            self._open.discard(run_id)
+            self._dirty.discard(run_id)
+            self._dropped.discard(run_id)
+            if before is None:
+                self.runs.pop(run_id, None)
+            else:
+                self._index(before)
+        self.clock.watermark_us = tx.watermark_us
+        self.next_offset = tx.next_offset
+        self._last_scan_us = tx.last_scan_us
+
+    def _save(self, run_id: str) -> None:
+        """Called before a run changes: inside a transaction, keep a copy of it as it was."""
+        if self._tx:
+            saved = self._tx[-1].runs
+            if run_id not in saved:
+                run = self.runs.get(run_id)
+                saved[run_id] = None if run is None else run.copy()
 
     # -- the batch ----------------------------------------------------------------------
     def process(self, deliveries: Iterable[Delivery], now: float) -> Output:
         out = Output()
-        touched: dict[str, set[_TurnKey]] = {}
+        touched: dict[str, RunState] = {}
         for d in deliveries:
-            self._apply_one(d, now, out, touched)
-        for run_id, keys in touched.items():
-            self._emit_run(self.runs[run_id], keys, now, out)
+            self._add(d, now, out, touched)
+        for run in touched.values():
+            self._settle(run, now, out)
         self._tick(now, out, final=False)
         return self._finish(out)
 
@@ -115,198 +187,231 @@ class Processor:
         self._tick(now, out, final=False)
         return self._finish(out)
 
-    def _apply_one(
-        self, d: Delivery, now: float, out: Output, touched: dict[str, set[_TurnKey]]
-    ) -> None:
+    def _add(self, d: Delivery, now: float, out: Output, touched: dict[str, RunState]) -> None:
         ev = d.event
         ts_us = to_us(ev.ts)
-        if ts_us > self.watermark_us:
-            self.watermark_us = ts_us
+        skewed = self.clock.observe(ts_us, now)
+        self._save(ev.run_id)
         run = self.runs.get(ev.run_id)
         if run is None:
             run = RunState(ev.run_id)
             self.runs[ev.run_id] = run
             self._open.add(ev.run_id)
-        if run.is_duplicate(ev.event_id, ev.seq):
+        if run.knows(ev.event_id):
             out.stats["duplicate"] += 1
             return
-        run.mark_seen(ev.event_id, ev.seq)
-        is_terminal = is_terminal_agent_event_type(ev.type)
-        term = run.terminal
-        if term is not None and ev.seq > term["seq"]:
-            self._quarantine(out, d, "conflicting_terminal" if is_terminal else "post_terminal")
+        source = (d.source, d.partition, d.offset, to_us(d.received_at), d.traceparent)
+        run.arrivals += 1
+        fact = fact_of(ev, data_of(ev), ts_us, source, run.arrivals)
+        if skewed:
+            run.clock_skew = True
+        if run.tombstone is not None:
+            self._after_close(run, ev.event_id, fact, out)
             return
-        data = data_of(ev)
-        if is_terminal:
-            if (
-                term is not None
-            ):  # a lower-seq terminal wins; what lay above it is now post-terminal
-                self._retro_quarantine(run, ev.seq, d, out)
-            run.terminal = {
-                "seq": ev.seq,
-                "type": ev.type,
-                "id": ev.event_id,
-                "ts": ts_us,
-                "arrived": now,
-            }
-            run.closed = False
-            self._open.discard(run.run_id)
-            self._pending_close.add(run.run_id)
-            if run.incomplete:
-                run.incomplete = False
-        elif run.incomplete:
-            run.incomplete = False
-            self._open.add(run.run_id)
-        run.apply(ev, data, ts_us)
-        out.stats["applied"] += 1
-        out.ledger.events.append(raw_row(d, ev, data))
-        keys = touched.setdefault(run.run_id, set())
-        if ev.type == "provider_turn_finished":
-            keys.add(("model", data["turn"], data["attempt"]))
-            m = run.meta_value
-            self.cache.add_turn(
-                ts_us, m("tenant_id") or "", m("provider") or "", m("model") or "", data
-            )
-        elif ev.type == "deterministic_turn_finished":
-            keys.add(("deterministic", data["turn"], 0))
-        elif ev.type == "usage_recorded":
-            out.ledger.usage.extend(usage_rows(run, ev.seq))
-            if data["scope"] == "provider_turn":
-                keys.add(("model", data["turn"], data["attempt"]))
+        run.facts[ev.event_id] = fact
+        touched[run.run_id] = run
 
-    def _quarantine(self, out: Output, d: Delivery, reason: str) -> None:
-        ev = d.event
-        wire = orjson.dumps(event_to_wire(ev))
-        out.stats[f"quarantine.{reason}"] += 1
-        out.ledger.quarantine.append(
-            QuarantineRow(
-                event_id=ev.event_id,
-                run_id=ev.run_id,
-                seq=ev.seq,
-                type=ev.type,
-                ts=ev.ts,
-                tenant_id=ev.tenant_id,
-                reason=reason,
-                payload=wire.decode(),
-                source=d.source,
-                partition=d.partition,
-                offset=d.offset,
-                received_at=d.received_at,
-            )
-        )
-        out.quarantined.append(
-            OutRecord(
-                key=ev.run_id.encode(),
-                value=wire,
-                headers=(
-                    ("reason", reason.encode()),
-                    ("source-topic", d.source.encode()),
-                    ("source-partition", str(d.partition).encode()),
-                    ("source-offset", str(d.offset).encode()),
-                ),
-            )
-        )
-
-    def _retro_quarantine(self, run: RunState, new_term_seq: int, d: Delivery, out: Output) -> None:
-        """Facts above a newly arrived lower terminal leave the run (their raw rows stay logged)."""
-        for seq in [s for s in run.facts if s > new_term_seq]:
-            fact = run.facts.pop(seq)
-            reason = (
-                "conflicting_terminal"
-                if is_terminal_agent_event_type(fact["t"])
-                else "post_terminal"
-            )
-            out.stats[f"quarantine.{reason}"] += 1
-            out.ledger.quarantine.append(
-                QuarantineRow(
-                    event_id=fact["id"],
-                    run_id=run.run_id,
-                    seq=seq,
-                    type=fact["t"],
-                    ts=from_us(fact["ts"]),
-                    tenant_id=run.meta_value("tenant_id"),
-                    reason=reason,
-                    payload=orjson.dumps(
-                        {"type": fact["t"], "seq": seq, "data": fact["d"]}
-                    ).decode(),
-                    source=d.source,
-                    partition=d.partition,
-                    offset=-1,
-                    received_at=d.received_at,
-                )
-            )
+    def _after_close(self, run: RunState, event_id: str, fact: dict[str, Any], out: Output) -> None:
+        """A new event for a run whose facts are gone: every seq below its terminal arrived."""
+        tb = run.tombstone
+        assert tb is not None
+        tb.ids.add(id_hash(event_id))
+        tenant = fact["e"].get("tenant_id")
+        if tenant is not None and tenant != tb.meta.get("tenant_id"):
+            reason = TENANT_MISMATCH
+        elif fact["s"] > tb.terminal_seq:
+            terminal = is_terminal_agent_event_type(fact["t"])
+            reason = "conflicting_terminal" if terminal else "post_terminal"
+        else:
+            reason = DUPLICATE_SEQ
         run.revision += 1
+        out.ledger.quarantine.append(
+            quarantine_row(
+                run.run_id, event_id, fact, tb.meta, reason, version=run.revision, retracted=False
+            )
+        )
+        out.quarantined.append(quarantine_record(run.run_id, event_id, fact, reason))
+        out.stats[f"quarantine.{reason}"] += 1
+        self._dirty.add(run.run_id)
 
-    # -- closing, staleness, retention --------------------------------------------------
-    def _emit_run(self, run: RunState, keys: set[_TurnKey], now: float, out: Output) -> None:
-        view = view_of(run)
-        if run.terminal is not None and not run.closed and not run.missing_seqs():
+    # -- settling a run -------------------------------------------------------------------
+    def _settle(self, run: RunState, now: float, out: Output) -> None:
+        """Classify the run's events and write what changed since it was last written."""
+        cls = classify(run.facts)
+        run.revision += 1
+        version = run.revision
+        owner = {k: cls.meta.get(k) for k in OWNER_FIELDS}
+        owner_sig = [owner[k] for k in OWNER_FIELDS]
+        fresh = False
+        for eid, fact in run.facts.items():
+            reason = cls.reasons.get(eid, "")
+            sig = [reason, eid in cls.superseded, owner_sig]
+            old = run.emitted.get(eid)
+            if old == sig:
+                continue
+            run.emitted[eid] = sig
+            was = None if old is None else old[0]
+            if reason:
+                out.ledger.quarantine.append(
+                    quarantine_row(
+                        run.run_id, eid, fact, owner, reason, version=version, retracted=False
+                    )
+                )
+                if was != reason:
+                    out.quarantined.append(quarantine_record(run.run_id, eid, fact, reason))
+                    out.stats[f"quarantine.{reason}"] += 1
+                if was == "":  # it counted until now: its rows leave every view
+                    self._event_rows(run, eid, fact, owner, False, version, True, out)
+                    out.stats["retracted"] += 1
+            else:
+                self._event_rows(run, eid, fact, owner, eid in cls.superseded, version, False, out)
+                if was:  # it was quarantined until now
+                    out.ledger.quarantine.append(
+                        quarantine_row(
+                            run.run_id, eid, fact, owner, was, version=version, retracted=True
+                        )
+                    )
+                if old is None:
+                    fresh = True
+                    out.stats["applied"] += 1
+                    out.event_ts.append(fact["ts"] / _US)
+        self._update_terminal(run, cls.terminal, now, fresh)
+        view = view_of(run, cls)
+        run.last_us = view.last_us
+        out.ledger.turns.extend(turn_rows(run.run_id, run.facts, view, owner, run.turns, version))
+        if run.terminal is not None and not run.closed and cls.missing_count == 0:
             self._close(run, view, out)
             return
         out.ledger.runs.append(run_row(run, view, timeline=run.closed or run.incomplete))
-        out.ledger.turns.extend(turn_rows(run, view, keys))
-        if run.closed and not run.missing_seqs():
-            self._shrink(run)
+        if run.closed and cls.missing_count == 0:  # a gap filled after the close
+            self._shrink.append((self.clock.watermark_us + self._grace_us, run.run_id))
         self._dirty.add(run.run_id)
 
-    def _close(self, run: RunState, view: Any, out: Output) -> None:
+    def _event_rows(
+        self,
+        run: RunState,
+        eid: str,
+        fact: dict[str, Any],
+        owner: dict[str, Any],
+        superseded: bool,
+        version: int,
+        retracted: bool,
+        out: Output,
+    ) -> None:
+        out.ledger.events.append(raw_row(run.run_id, eid, fact, owner, version, retracted))
+        if fact["t"] == "usage_recorded":
+            out.ledger.usage.append(
+                usage_row(
+                    run.run_id,
+                    eid,
+                    fact,
+                    owner,
+                    superseded=superseded,
+                    version=version,
+                    retracted=retracted,
+                )
+            )
+
+    def _update_terminal(
+        self, run: RunState, terminal: tuple[int, str] | None, now: float, fresh: bool
+    ) -> None:
+        if terminal is None:
+            run.terminal = None
+            self._pending_close.discard(run.run_id)
+            if run.incomplete and fresh:  # new events: no longer silent
+                run.incomplete = False
+            if not run.incomplete:
+                self._open.add(run.run_id)
+            return
+        seq, eid = terminal
+        if run.terminal is None or run.terminal["id"] != eid:
+            fact = run.facts[eid]
+            run.terminal = {
+                "seq": seq,
+                "id": eid,
+                "type": fact["t"],
+                "ts": fact["ts"],
+                "arrived": now,
+            }
+        run.incomplete = False
+        self._open.discard(run.run_id)
+        if not run.closed:
+            self._pending_close.add(run.run_id)
+
+    def _close(self, run: RunState, view: RunView, out: Output) -> None:
+        self._save(run.run_id)
         run.closed = True
-        run.closed_wm_us = self.watermark_us
-        run.revision += 1
+        run.closed_wm_us = self.clock.watermark_us
         self._pending_close.discard(run.run_id)
         row = run_row(run, view, timeline=True)
         out.ledger.runs.append(row)
-        out.ledger.turns.extend(turn_rows(run, view, None))
         out.closed.append(OutRecord(key=run.run_id.encode(), value=row.timeline.encode()))
         out.stats["closed"] += 1
-        if view.limit is not None and view.terminal is not None and view.terminal["t"] == "error":
+        term = view.terminal
+        if view.limit is not None and term is not None and term["t"] == "error":
             out.limit_deaths.append(
                 LimitDeath(
-                    tenant_id=run.meta_value("tenant_id") or "",
+                    tenant_id=view.cls.meta.get("tenant_id") or "",
                     axis=str(view.limit.get("limit")),
                     run_id=run.run_id,
-                    ts=from_us(view.terminal["ts"]),
+                    ts=from_us(min(term["ts"], self.clock.watermark_us)),
                 )
             )
-        if run.alerts.get("stale_run") == "firing":
+        if run.alerts.get(RULE_STALE) == "firing":
             self._stale_alert(run, out, "resolved")
-        self._retire.append((self.watermark_us, run.run_id))
-        if not row.missing_seqs:
-            self._shrink(run)
+        self._retire.append((self.clock.watermark_us, run.run_id))
+        self._shrink.append((self.clock.watermark_us + self._grace_us, run.run_id))
         self._dirty.add(run.run_id)
 
-    def _shrink(self, run: RunState) -> None:
-        if not run.tombstone:
-            run.shrink()
-
+    # -- time: grace, staleness, retention -------------------------------------------------
     def _tick(self, now: float, out: Output, *, final: bool) -> None:
         cfg = self.config
-        grace_us = int(cfg.grace_period_s * 1_000_000)
-        for run_id in list(self._pending_close):
+        wm = self.clock.watermark_us
+        grace_us = int(cfg.grace_period_s * _US)
+        for run_id in sorted(self._pending_close):
             run = self.runs[run_id]
             term = run.terminal
             assert term is not None
             if (
                 final
-                or self.watermark_us >= term["ts"] + grace_us
-                or now >= term["arrived"] + cfg.grace_period_s
+                or wm >= term["ts"] + grace_us
+                or (cfg.processing_grace and now >= term["arrived"] + cfg.grace_period_s)
             ):
-                self._close(run, view_of(run), out)
-        if final or self.watermark_us - self._last_scan_us >= 1_000_000:
-            self._last_scan_us = self.watermark_us
-            cutoff = self.watermark_us - int(cfg.stale_after_s * 1_000_000)
-            for run_id in [r for r in self._open if (self.runs[r].last_us or 0) < cutoff]:
+                self._close(run, view_of(run, classify(run.facts)), out)
+        while self._shrink and self._shrink[0][0] <= wm:
+            _, run_id = self._shrink.popleft()
+            self._maybe_shrink(run_id)
+        if final or wm - self._last_scan_us >= _US:
+            self._last_scan_us = wm
+            cutoff = wm - int(cfg.stale_after_s * _US)
+            for run_id in sorted(r for r in self._open if (self.runs[r].last_us or 0) < cutoff):
                 self._mark_incomplete(self.runs[run_id], out)
-            expire = self.watermark_us - int(cfg.tombstone_retention_s * 1_000_000)
+            expire = wm - int(cfg.tombstone_retention_s * _US)
             while self._retire and self._retire[0][0] < expire:
                 _, run_id = self._retire.popleft()
                 gone = self.runs.get(run_id)
                 if gone is not None and self._retired(gone, expire):
+                    self._save(run_id)
                     del self.runs[run_id]
                     self._open.discard(run_id)
                     self._dirty.discard(run_id)
                     self._dropped.add(run_id)
-            out.state_writes.update(self.cache.expire(expire))
+
+    def _maybe_shrink(self, run_id: str) -> None:
+        """A run closed for longer than the grace period, with no gap: keep a tombstone only.
+
+        Until then its facts stay, so an event claiming one of its seqs within the grace
+        period is judged on the whole set (rule 10); later, such an event is quarantined.
+        """
+        run = self.runs.get(run_id)
+        if run is None or not run.closed or run.tombstone is not None:
+            return
+        cls = classify(run.facts)
+        if cls.missing_count:
+            return  # gaps may still fill; a later close attempt queues it again
+        self._save(run_id)
+        run.shrink(cls.meta)
+        self._dirty.add(run_id)
 
     @staticmethod
     def _retired(run: RunState, expire_us: int) -> bool:
@@ -316,43 +421,43 @@ class Processor:
         return run.incomplete and (run.last_us or 0) < expire_us
 
     def _mark_incomplete(self, run: RunState, out: Output) -> None:
+        self._save(run.run_id)
         self._open.discard(run.run_id)
         run.incomplete = True
         run.revision += 1
-        self._retire.append((self.watermark_us, run.run_id))
-        view = view_of(run)
-        out.ledger.runs.append(run_row(run, view, timeline=True))
+        self._retire.append((self.clock.watermark_us, run.run_id))
+        out.ledger.runs.append(run_row(run, view_of(run, classify(run.facts)), timeline=True))
         out.stats["incomplete"] += 1
-        if run.alerts.get("stale_run") != "firing":
+        if run.alerts.get(RULE_STALE) != "firing":
             self._stale_alert(run, out, "firing")
         self._dirty.add(run.run_id)
 
     def _stale_alert(self, run: RunState, out: Output, state: str) -> None:
         """Raise (or resolve) the alert of a run without a terminal past the stale threshold."""
+        tenant = None
+        if run.facts:
+            tenant = classify(run.facts).meta.get("tenant_id")
         row = stale_alert(
             run.run_id,
-            run.meta_value("tenant_id"),
+            tenant,
             run.last_us or 0,
-            self.watermark_us,
+            self.clock.watermark_us,
             self.config.stale_after_s,
             state,
         )
-        run.alerts["stale_run"] = state
-        self._alert(out, row)
-
-    def _alert(self, out: Output, row: Any) -> None:
+        run.alerts[RULE_STALE] = state
         out.ledger.alerts.append(row)
         out.alerts.append(alert_record(row))
 
     def _finish(self, out: Output) -> Output:
-        out.ledger.cache_minutes.extend(self.cache.take_rows())
         writes = out.state_writes
-        writes.update(self.cache.take_state_writes())
         for run_id in self._dirty:
             writes[self.run_key(run_id)] = self.runs[run_id].to_bytes()
         for run_id in self._dropped:
             writes[self.run_key(run_id)] = None
-        writes[self.meta_key] = orjson.dumps({"wm": self.watermark_us, "no": self.next_offset})
+        writes[self.meta_key] = orjson.dumps(
+            {"wm": self.clock.watermark_us, "no": self.next_offset}
+        )
         self._dirty.clear()
         self._dropped.clear()
         return out

@@ -1,21 +1,28 @@
-"""Per-run state: the run's applied events (as compact facts) plus what dedup needs.
+"""Per-run state: every distinct event of the run (as compact facts) and what was emitted.
 
-A run's derived record (status, turns, cache hit rate, exhaustion, gaps...) is never
-stored: ``_timeline`` recomputes it from the facts, so the same set of events gives the
-same record whatever the order or batching they arrived in. Closed runs without gaps
-shrink to a tombstone (terminal seq + seen seqs above it) that still recognises
-duplicates and post-terminal events.
+Which events are accepted and which quarantined is never stored: ``_classify`` derives it
+from the set of facts each time the run changes, so the same set of events gives the same
+ledger whatever the order, batching or partitioning they arrived in (rule 10). What the
+run last wrote to the ledger is remembered per event (``emitted``) and per turn
+(``turns``), so a later change re-states exactly the rows it affects, with a higher
+version.
+
+A closed run without gaps shrinks to a tombstone: the facts go, what recognises
+duplicates (hashes of every event id seen), the owner and the terminal stay.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import hashlib
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
 import orjson
 
-__all__ = ["ENVELOPE_FIELDS", "RunState", "from_us", "to_us"]
+from prism.schemas import AgentEvent
+
+__all__ = ["ENVELOPE_FIELDS", "RunState", "Tombstone", "fact_of", "from_us", "id_hash", "to_us"]
 
 ENVELOPE_FIELDS = (
     "tenant_id",
@@ -45,10 +52,15 @@ def from_us(us: int) -> datetime:
     return datetime.fromtimestamp(us // 1_000_000, tz=UTC).replace(microsecond=us % 1_000_000)
 
 
-def envelope_values(ev: Any) -> dict[str, Any]:
-    """The ownership/model/lineage fields an event carries (None when absent)."""
+def id_hash(event_id: str) -> int:
+    """A stable 63-bit hash of an event id (tombstones keep these instead of the ids)."""
+    return int.from_bytes(hashlib.blake2b(event_id.encode(), digest_size=8).digest()) >> 1
+
+
+def envelope_values(ev: AgentEvent) -> dict[str, Any]:
+    """The ownership/model/lineage fields an event carries (absent ones left out)."""
     agent, model, parent = ev.agent, ev.model, ev.parent
-    return {
+    values = {
         "tenant_id": ev.tenant_id,
         "account_id": ev.account_id,
         "user_id": ev.user_id,
@@ -62,6 +74,46 @@ def envelope_values(ev: Any) -> dict[str, Any]:
         "child_id": parent.child_id if parent is not None else None,
         "bundle_digest": ev.bundle_digest,
     }
+    return {k: v for k, v in values.items() if v is not None}
+
+
+def fact_of(
+    ev: AgentEvent,
+    data: dict[str, Any],
+    ts_us: int,
+    source: tuple[str, int, int, int, str | None],
+    arrival: int,
+) -> dict[str, Any]:
+    """The compact, serialisable record of one event: what rows and rules need of it.
+
+    ``source`` is (topic or file, partition, offset, received at in microseconds,
+    traceparent); ``arrival`` numbers the run's distinct events as they were first seen.
+    """
+    return {
+        "s": ev.seq,
+        "n": arrival,
+        "t": ev.type,
+        "ts": ts_us,
+        "d": data,
+        "e": envelope_values(ev),
+        "src": list(source),
+    }
+
+
+@dataclass(slots=True)
+class Tombstone:
+    """What a closed, gap-free run keeps once its facts are gone."""
+
+    terminal_seq: int
+    ids: set[int]  # id_hash of every event id seen
+    meta: dict[str, Any]  # the run's envelope values (tenant_id decides tenant_mismatch)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"t": self.terminal_seq, "i": sorted(self.ids), "m": self.meta}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Tombstone:
+        return cls(d["t"], set(d["i"]), d["m"])
 
 
 @dataclass(slots=True)
@@ -69,88 +121,69 @@ class RunState:
     """Everything the core remembers about one run."""
 
     run_id: str
-    meta: dict[str, list[Any]] = field(default_factory=dict)  # field -> [seq, value]
-    facts: dict[int, dict[str, Any]] = field(default_factory=dict)  # seq -> fact
-    seen: set[int] = field(default_factory=set)  # seqs applied or quarantined
-    ids: set[str] = field(default_factory=set)  # eventIds applied or quarantined
-    terminal: dict[str, Any] | None = None  # {seq, type, id, ts_us, arrived}
+    facts: dict[str, dict[str, Any]] = field(default_factory=dict)  # event id -> fact
+    # event id -> the (status, superseded, owner values) its rows were last written with
+    emitted: dict[str, list[Any]] = field(default_factory=dict)
+    # "kind|turn|attempt" -> [turn event id, usage event id, owner values, ts_us] last written
+    turns: dict[str, list[Any]] = field(default_factory=dict)
+    terminal: dict[str, Any] | None = None  # {seq, id, type, ts, arrived} of the current one
     incomplete: bool = False
     closed: bool = False
     closed_wm_us: int | None = None
-    tombstone: bool = False
+    clock_skew: bool = False
     revision: int = 0
-    first_us: int | None = None
-    last_us: int | None = None
+    arrivals: int = 0  # distinct events seen, numbering each fact's arrival
+    last_us: int | None = None  # latest event time among accepted events
     alerts: dict[str, str] = field(default_factory=dict)  # alert rule -> state emitted
+    tombstone: Tombstone | None = None
 
-    # -- dedup ----------------------------------------------------------------------------
-    def is_duplicate(self, event_id: str, seq: int) -> bool:
-        if event_id in self.ids or seq in self.seen:
-            return True
-        # A tombstone forgot its seqs below the terminal: it only exists when all arrived.
-        return self.tombstone and self.terminal is not None and seq <= self.terminal["seq"]
+    def knows(self, event_id: str) -> bool:
+        """Whether this event id was seen before (a re-delivery: it changes nothing)."""
+        if self.tombstone is not None:
+            return id_hash(event_id) in self.tombstone.ids
+        return event_id in self.facts
 
-    def mark_seen(self, event_id: str, seq: int) -> None:
-        self.seen.add(seq)
-        if not self.tombstone:
-            self.ids.add(event_id)
-
-    # -- applying -------------------------------------------------------------------------
-    def apply(self, ev: Any, data: dict[str, Any], ts_us: int) -> None:
-        """Record an accepted event as a fact and fold its envelope fields into ``meta``."""
-        self.facts[ev.seq] = {"t": ev.type, "ts": ts_us, "id": ev.event_id, "d": data}
-        for name, value in envelope_values(ev).items():
-            if value is None:
-                continue
-            known = self.meta.get(name)
-            if known is None or ev.seq < known[0]:
-                self.meta[name] = [ev.seq, value]
-        if self.first_us is None or ts_us < self.first_us:
-            self.first_us = ts_us
-        if self.last_us is None or ts_us > self.last_us:
-            self.last_us = ts_us
-        self.revision += 1
-
-    def meta_value(self, name: str) -> Any:
-        known = self.meta.get(name)
-        return None if known is None else known[1]
-
-    def missing_seqs(self) -> list[int]:
-        """Seqs below the terminal (or below the highest applied seq) never seen."""
-        if self.tombstone:
-            return []
-        top = self.terminal["seq"] if self.terminal is not None else max(self.facts, default=0)
-        return [s for s in range(top) if s not in self.seen]
-
-    def shrink(self) -> None:
-        """Forget facts and ids; keep what recognises duplicates and post-terminal events."""
+    def shrink(self, meta: dict[str, Any]) -> None:
+        """Forget facts; keep what recognises duplicates and post-terminal events."""
         assert self.terminal is not None
-        term = self.terminal["seq"]
-        self.tombstone = True
+        self.tombstone = Tombstone(
+            self.terminal["seq"], {id_hash(e) for e in self.facts}, dict(meta)
+        )
         self.facts = {}
-        self.ids = set()
-        self.seen = {s for s in self.seen if s > term}
+        self.emitted = {}
+        self.turns = {}
+
+    def copy(self) -> RunState:
+        """An independent copy, cheap: facts are never changed once made, only replaced."""
+        tb = self.tombstone
+        return replace(
+            self,
+            facts=dict(self.facts),
+            emitted=dict(self.emitted),
+            turns=dict(self.turns),
+            alerts=dict(self.alerts),
+            tombstone=None if tb is None else Tombstone(tb.terminal_seq, set(tb.ids), tb.meta),
+        )
 
     # -- persistence ----------------------------------------------------------------------
     def to_bytes(self) -> bytes:
         return orjson.dumps(
             {
                 "r": self.run_id,
-                "m": self.meta,
                 "f": self.facts,
-                "s": sorted(self.seen),
-                "i": sorted(self.ids),
+                "em": self.emitted,
+                "tu": self.turns,
                 "t": self.terminal,
                 "inc": self.incomplete,
                 "c": self.closed,
                 "cw": self.closed_wm_us,
-                "tb": self.tombstone,
+                "sk": self.clock_skew,
                 "v": self.revision,
-                "fu": self.first_us,
+                "n": self.arrivals,
                 "lu": self.last_us,
                 "a": self.alerts,
-            },
-            option=orjson.OPT_NON_STR_KEYS,
+                "tb": None if self.tombstone is None else self.tombstone.to_json(),
+            }
         )
 
     @classmethod
@@ -158,17 +191,17 @@ class RunState:
         d = orjson.loads(raw)
         return cls(
             run_id=d["r"],
-            meta=d["m"],
-            facts={int(k): v for k, v in d["f"].items()},
-            seen=set(d["s"]),
-            ids=set(d["i"]),
+            facts=d["f"],
+            emitted=d["em"],
+            turns=d["tu"],
             terminal=d["t"],
             incomplete=d["inc"],
             closed=d["c"],
             closed_wm_us=d["cw"],
-            tombstone=d["tb"],
+            clock_skew=d["sk"],
             revision=d["v"],
-            first_us=d["fu"],
+            arrivals=d["n"],
             last_us=d["lu"],
             alerts=d["a"],
+            tombstone=None if d["tb"] is None else Tombstone.from_json(d["tb"]),
         )

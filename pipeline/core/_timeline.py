@@ -11,17 +11,18 @@ from typing import Any
 
 import orjson
 
-from prism.schemas import RunRow, TurnRow
+from prism.schemas import RunRow
 
+from ._classify import Classified
 from ._run import ENVELOPE_FIELDS, RunState, from_us
 
-__all__ = ["RunView", "view_of"]
+__all__ = ["RunView", "closed_record", "run_row", "turn_cache_inputs", "view_of"]
 
 _TERMINAL_STATUS = {"agent_finished": "succeeded", "agent_denied": "denied", "error": "failed"}
 _MISMATCH_FIELDS = ("inputTokens", "outputTokens", "totalTokens")
 
 
-def _turn_cache_inputs(d: dict[str, Any]) -> tuple[int | None, int | None, int | None]:
+def turn_cache_inputs(d: dict[str, Any]) -> tuple[int | None, int | None, int | None]:
     """(cache read, cache write, input tokens) a provider turn reports; None when absent."""
     cache = d.get("cache") or {}
     usage = d.get("usage") or {}
@@ -35,11 +36,16 @@ def _usage_priority(usage: dict[str, Any]) -> int:
     return 0 if usage.get("estimated") else 1
 
 
+# (priority: reported 1 over estimated 0, seq, usage, event id)
+_Offer = tuple[int, int, dict[str, Any], str]
+
+
 @dataclass(slots=True)
 class RunView:
     """One pass over a run's facts: everything its rows and timeline need."""
 
     status: str
+    cls: Classified
     model_turns: set[int] = field(default_factory=set)
     deterministic_turns: set[int] = field(default_factory=set)
     tool_calls: int = 0
@@ -49,11 +55,15 @@ class RunView:
     started_us: int | None = None
     limit: dict[str, Any] | None = None
     exhausted: dict[str, Any] | None = None
-    turn_seq: dict[tuple[str, int, int], int] = field(default_factory=dict)
+    started_seq: int | None = None
+    first_us: int | None = None
+    last_us: int | None = None
+    # (kind, turn, attempt) -> (seq, event id) of the turn's event: the highest seq wins
+    turn_seq: dict[tuple[str, int, int], tuple[int, str]] = field(default_factory=dict)
     # usage shown on a turn: the turn event's own usage or a usage_recorded row
-    turn_usage: dict[tuple[int, int], tuple[int, int, dict[str, Any]]] = field(default_factory=dict)
+    turn_usage: dict[tuple[int, int], _Offer] = field(default_factory=dict)
     # the ledger's provider_turn usage rows only (billing and the run_total check)
-    row_usage: dict[tuple[int, int], tuple[int, int, dict[str, Any]]] = field(default_factory=dict)
+    row_usage: dict[tuple[int, int], _Offer] = field(default_factory=dict)
     run_total: dict[str, Any] | None = None
     children: dict[str, dict[str, Any]] = field(default_factory=dict)
     clamps: list[dict[str, Any]] = field(default_factory=list)
@@ -71,7 +81,8 @@ class RunView:
 
     @property
     def usage_mismatch(self) -> bool:
-        if self.run_total is None:
+        """run_total disagrees with the provider_turn rows; only when both exist (rule 12)."""
+        if self.run_total is None or not self.row_usage:
             return False
         eff = self.effective_usage().values()
         for name in _MISMATCH_FIELDS:
@@ -80,38 +91,44 @@ class RunView:
         return False
 
 
-def view_of(run: RunState) -> RunView:
-    """Fold a run's facts (in seq order) into a ``RunView``."""
-    view = RunView(status="running")
+def view_of(run: RunState, cls: Classified) -> RunView:
+    """Fold a run's accepted facts (in seq order) into a ``RunView``."""
+    view = RunView(status="running", cls=cls)
     suspended = False
-    for seq in sorted(run.facts):
-        f = run.facts[seq]
+    for seq, eid in cls.accepted:
+        f = run.facts[eid]
         t, d = f["t"], f["d"]
+        ts = f["ts"]
+        if view.first_us is None or ts < view.first_us:
+            view.first_us = ts
+        if view.last_us is None or ts > view.last_us:
+            view.last_us = ts
         if t == "provider_turn_finished":
             turn, attempt = d["turn"], d["attempt"]
             view.model_turns.add(turn)
-            view.turn_seq[("model", turn, attempt)] = seq
-            read, _write, inp = _turn_cache_inputs(d)
+            view.turn_seq[("model", turn, attempt)] = (seq, eid)
+            read, _write, inp = turn_cache_inputs(d)
             if read is not None and inp is not None:
                 view.cache_read += read
                 view.cache_input += inp
                 view.cache_turns += 1
             if "usage" in d:
-                _offer_usage(view.turn_usage, (turn, attempt), seq, d["usage"])
+                _offer_usage(view.turn_usage, (turn, attempt), seq, d["usage"], eid)
         elif t == "usage_recorded":
             if d["scope"] == "provider_turn":
                 key = (d["turn"], d["attempt"])
-                _offer_usage(view.turn_usage, key, seq, d["usage"])
-                _offer_usage(view.row_usage, key, seq, d["usage"])
+                _offer_usage(view.turn_usage, key, seq, d["usage"], eid)
+                _offer_usage(view.row_usage, key, seq, d["usage"], eid)
             else:
                 view.run_total = d["usage"]
         elif t == "deterministic_turn_finished":
             view.deterministic_turns.add(d["turn"])
-            view.turn_seq[("deterministic", d["turn"], 0)] = seq
+            view.turn_seq[("deterministic", d["turn"], 0)] = (seq, eid)
         elif t == "tool_call_finished":
             view.tool_calls += 1
         elif t == "agent_started":
-            view.started_us = f["ts"]
+            if view.started_seq is None:
+                view.started_us, view.started_seq = ts, seq
         elif t == "run_limit_exceeded":
             view.limit = d
         elif t == "budget_exhausted":
@@ -141,8 +158,8 @@ def view_of(run: RunState) -> RunView:
                 child["eventsCoalesced"] = child.get("eventsCoalesced", 0) + d["dropped"]
         elif t == "tool_narrowing_clamped":
             view.clamps.append({"turn": d["turn"], "dropped": d["dropped"]})
-    if run.terminal is not None and run.terminal["seq"] in run.facts:
-        term = run.facts[run.terminal["seq"]]
+    if cls.terminal is not None:
+        term = run.facts[cls.terminal[1]]
         view.terminal = term
         status = _TERMINAL_STATUS[term["t"]]
         if term["t"] == "error" and term["d"].get("aborted"):
@@ -156,13 +173,14 @@ def view_of(run: RunState) -> RunView:
 
 
 def _offer_usage(
-    best_by_key: dict[tuple[int, int], tuple[int, int, dict[str, Any]]],
+    best_by_key: dict[tuple[int, int], _Offer],
     key: tuple[int, int],
     seq: int,
     usage: dict[str, Any],
+    eid: str,
 ) -> None:
     """Reported usage wins over an estimate for the same turn; then the later seq wins."""
-    cand = (_usage_priority(usage), seq, usage)
+    cand = (_usage_priority(usage), seq, usage, eid)
     best = best_by_key.get(key)
     if best is None or cand[:2] > best[:2]:
         best_by_key[key] = cand
@@ -174,17 +192,17 @@ def run_row(run: RunState, view: RunView, *, timeline: bool) -> RunRow:
     td: dict[str, Any] = term["d"] if term is not None else {}
     err = td.get("error") or {} if term is not None and term["t"] == "error" else {}
     limit, exh = view.limit or {}, view.exhausted or {}
-    m = run.meta_value
-    started = view.started_us if view.started_us is not None else run.first_us
+    m = view.cls.meta.get
+    started = view.started_us if view.started_us is not None else view.first_us
     return RunRow(
         run_id=run.run_id,
         **{name: m(name) for name in ENVELOPE_FIELDS},
         status=view.status,
         terminal_type=term["t"] if term is not None else None,
-        terminal_seq=run.terminal["seq"] if term is not None and run.terminal else None,
+        terminal_seq=view.cls.terminal[0] if view.cls.terminal is not None else None,
         started_at=from_us(started) if started is not None else None,
         finished_at=from_us(term["ts"]) if term is not None else None,
-        last_event_at=from_us(run.last_us or 0),
+        last_event_at=from_us(view.last_us or 0),
         stop_reason=td.get("stopReason") if term and term["t"] == "agent_finished" else None,
         stop_detail=td.get("stopDetail"),
         finish_reason=td.get("finishReason"),
@@ -202,10 +220,12 @@ def run_row(run: RunState, view: RunView, *, timeline: bool) -> RunRow:
         exhaustion_observed=_num(limit.get("observed")),
         exhaustion_axis=exh.get("axis"),
         exhaustion_closest=orjson.dumps(exh["closest"]).decode() if "closest" in exh else None,
-        missing_seqs=run.missing_seqs(),
+        missing_ranges=view.cls.missing,
+        missing_count=view.cls.missing_count,
         usage_mismatch=view.usage_mismatch,
-        event_count=len(run.facts),
-        max_seq=max(run.facts, default=-1),
+        clock_skew=run.clock_skew,
+        event_count=len(view.cls.accepted),
+        max_seq=view.cls.accepted[-1][0] if view.cls.accepted else -1,
         closed=run.closed,
         timeline=orjson.dumps(closed_record(run, view)).decode() if timeline else "",
         version=run.revision,
@@ -216,88 +236,9 @@ def _num(v: Any) -> float | None:
     return None if v is None else float(v)
 
 
-def turn_rows(
-    run: RunState, view: RunView, keys: set[tuple[str, int, int]] | None = None
-) -> list[TurnRow]:
-    """Turn rows for ``keys`` (kind, turn, attempt), or for every turn when ``keys`` is None."""
-    rows = []
-    wanted = (
-        view.turn_seq if keys is None else {k: view.turn_seq[k] for k in keys if k in view.turn_seq}
-    )
-    for (kind, turn, attempt), seq in sorted(wanted.items()):
-        f = run.facts[seq]
-        d = f["d"]
-        base = {
-            "run_id": run.run_id,
-            "kind": kind,
-            "turn": turn,
-            "attempt": attempt,
-            "tenant_id": run.meta_value("tenant_id"),
-            "provider": run.meta_value("provider"),
-            "model": run.meta_value("model"),
-            "seq": seq,
-            "ts": from_us(f["ts"]),
-            "version": run.revision,
-        }
-        if kind == "deterministic":
-            rows.append(TurnRow(**base, **_EMPTY_MODEL_TURN, middleware=d["middleware"]))
-            continue
-        read, write, inp = _turn_cache_inputs(d)
-        chosen = view.turn_usage.get((turn, attempt))
-        usage = chosen[2] if chosen is not None else {}
-        budgets, tools = d.get("budgets") or {}, d.get("tools") or {}
-        rows.append(
-            TurnRow(
-                **base,
-                stop_reason=d.get("stopReason"),
-                latency_ms=_num(d.get("latencyMs")),
-                middleware=None,
-                tools_count=tools.get("count"),
-                tools_ids_hash=tools.get("idsHash"),
-                input_tokens=usage.get("inputTokens", inp),
-                output_tokens=usage.get("outputTokens"),
-                total_tokens=usage.get("totalTokens"),
-                cache_read_tokens=read,
-                cache_write_tokens=write,
-                cache_hit_rate=(read / inp) if read is not None and inp else None,
-                usage_source=None
-                if not usage
-                else ("estimated" if usage.get("estimated") else "reported"),
-                usage_confidence=usage.get("confidence"),
-                input_cap=budgets.get("inputCap"),
-                run_input_budget=budgets.get("runInputBudget"),
-                run_input_used=budgets.get("runInputUsed"),
-                max_turns=budgets.get("maxTurns"),
-            )
-        )
-    return rows
-
-
-_EMPTY_MODEL_TURN: dict[str, Any] = dict.fromkeys(
-    (
-        "stop_reason",
-        "latency_ms",
-        "tools_count",
-        "tools_ids_hash",
-        "input_tokens",
-        "output_tokens",
-        "total_tokens",
-        "cache_read_tokens",
-        "cache_write_tokens",
-        "cache_hit_rate",
-        "usage_source",
-        "usage_confidence",
-        "input_cap",
-        "run_input_budget",
-        "run_input_used",
-        "max_turns",
-    )
-)
-
-
 def closed_record(run: RunState, view: RunView) -> dict[str, Any]:
     """The run's final timeline summary (``prism.runs.closed`` value, ``runs.timeline``)."""
-    m = run.meta_value
+    m = view.cls.meta.get
     term = view.terminal
     td = term["d"] if term is not None else {}
     eff = view.effective_usage()
@@ -314,10 +255,10 @@ def closed_record(run: RunState, view: RunView) -> dict[str, Any]:
         if term is None
         else {
             "type": term["t"],
-            "seq": run.terminal["seq"] if run.terminal else None,
-            "eventId": term["id"],
+            "seq": view.cls.terminal[0] if view.cls.terminal else None,
+            "eventId": view.cls.terminal[1] if view.cls.terminal else None,
         },
-        "startedAt": _iso(view.started_us if view.started_us is not None else run.first_us),
+        "startedAt": _iso(view.started_us if view.started_us is not None else view.first_us),
         "finishedAt": _iso(term["ts"]) if term is not None else None,
         "stopReason": td.get("stopReason") if term and term["t"] == "agent_finished" else None,
         "stopDetail": td.get("stopDetail"),
@@ -342,7 +283,11 @@ def closed_record(run: RunState, view: RunView) -> dict[str, Any]:
         "toolCalls": view.tool_calls,
         "cacheHitRate": view.cache_hit_rate,
         "exhaustion": exhaustion,
-        "missingSeqs": run.missing_seqs(),
+        "missingSeqs": {
+            "ranges": [list(r) for r in view.cls.missing],
+            "count": view.cls.missing_count,
+        },
+        "clockSkew": run.clock_skew,
         "usage": {
             "reported": _sum_usage(reported),
             "estimated": _sum_usage(estimated),
@@ -352,10 +297,10 @@ def closed_record(run: RunState, view: RunView) -> dict[str, Any]:
         "children": list(view.children.values()),
         "toolNarrowing": view.clamps,
         "steps": [
-            {"seq": s, "type": run.facts[s]["t"], "ts": _iso(run.facts[s]["ts"])}
-            for s in sorted(run.facts)
+            {"seq": s, "type": run.facts[e]["t"], "ts": _iso(run.facts[e]["ts"])}
+            for s, e in view.cls.accepted
         ],
-        "eventCount": len(run.facts),
+        "eventCount": len(view.cls.accepted),
     }
 
 

@@ -1,41 +1,88 @@
-"""Plain data passed in and out of the core: configuration, deliveries, outputs."""
+"""Plain data passed in and out of the core: configuration, deliveries, outputs, the clock."""
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
-from prism.schemas import LedgerBatch
+from prism.schemas import AgentEvent, LedgerBatch
 
-__all__ = ["CoreConfig", "Delivery", "LimitDeath", "OutRecord", "Output"]
+__all__ = ["CoreConfig", "Delivery", "EventClock", "LimitDeath", "OutRecord", "Output"]
+
+_US = 1_000_000
 
 
 @dataclass(frozen=True, slots=True)
 class CoreConfig:
-    """Run-semantics knobs (CONTRACT.md rules 2 and 4; issue defaults)."""
+    """Run-semantics knobs (schemas/CONTRACT.md rules 2, 4, 10 and 14).
+
+    ``processing_grace``: whether a terminal's grace period may also end in processing time
+    (the live worker, where a quiet topic must still close runs); a file replay judges on
+    event time only, so the same file always gives the same ledger.
+    """
 
     grace_period_s: float = 30.0
     stale_after_s: float = 3600.0
     tombstone_retention_s: float = 86400.0
     alert_window_s: float = 300.0
     alert_threshold: int = 5
+    max_clock_skew_s: float = 300.0
+    processing_grace: bool = True
 
     def __post_init__(self) -> None:
-        for name in ("grace_period_s", "stale_after_s", "tombstone_retention_s", "alert_window_s"):
+        for name in (
+            "grace_period_s",
+            "stale_after_s",
+            "tombstone_retention_s",
+            "alert_window_s",
+            "max_clock_skew_s",
+        ):
             value = getattr(self, name)
-            if value < 0:
-                raise ValueError(f"CoreConfig.{name} must be >= 0, got {value!r}")
+            if not math.isfinite(value) or value < 0 or value > 10 * 365 * 86400:
+                raise ValueError(
+                    f"CoreConfig.{name} must be a finite number of seconds in "
+                    f"0..315360000, got {value!r}"
+                )
         if self.alert_threshold < 1:
             raise ValueError(f"CoreConfig.alert_threshold must be >= 1, got {self.alert_threshold}")
+
+
+class EventClock:
+    """The pipeline-wide event-time watermark (rule 10), clamped against skew (rule 14).
+
+    Every partition's processor of one pipeline shares one clock, so a quiet partition's
+    runs go stale on the pipeline's event time. An event stamped more than ``max_skew_s``
+    ahead of the processing clock does not move it at all: a bad producer clock can
+    neither close nor expire other runs, not even in a backfill of old events, where
+    "now plus the skew" would still be far ahead of everyone else.
+    """
+
+    __slots__ = ("max_skew_us", "watermark_us")
+
+    def __init__(self, max_skew_s: float = 300.0, watermark_us: int = 0) -> None:
+        self.max_skew_us = int(max_skew_s * _US)
+        self.watermark_us = watermark_us
+
+    def observe(self, ts_us: int, now: float) -> bool:
+        """Advance on an event at ``ts_us`` seen at processing time ``now``; True if skewed."""
+        if ts_us > int(now * _US) + self.max_skew_us:
+            return True
+        if ts_us > self.watermark_us:
+            self.watermark_us = ts_us
+        return False
+
+    def restore(self, watermark_us: int) -> None:
+        """Take a persisted watermark into account (it never moves back)."""
+        self.watermark_us = max(self.watermark_us, watermark_us)
 
 
 @dataclass(slots=True)
 class Delivery:
     """One parsed event and where it came from (a Kafka position or a file line)."""
 
-    event: Any  # schemas.AgentEvent
+    event: AgentEvent
     source: str
     partition: int
     offset: int
@@ -64,21 +111,38 @@ class LimitDeath:
 
 @dataclass(slots=True)
 class Output:
-    """Everything one ``process`` call produced."""
+    """Everything one step produced: rows, topic records, deaths, state writes, counts.
+
+    ``dlq`` holds records for the dead-letter topic; ``event_ts`` the event times (seconds)
+    of the events applied, for freshness; ``ranges`` the source positions the rows came
+    from (the writer's deduplication tokens name them).
+    """
 
     ledger: LedgerBatch = field(default_factory=LedgerBatch)
     quarantined: list[OutRecord] = field(default_factory=list)
     closed: list[OutRecord] = field(default_factory=list)
     alerts: list[OutRecord] = field(default_factory=list)
+    dlq: list[OutRecord] = field(default_factory=list)
     limit_deaths: list[LimitDeath] = field(default_factory=list)
     state_writes: dict[str, bytes | None] = field(default_factory=dict)
     stats: Counter[str] = field(default_factory=Counter)
+    event_ts: list[float] = field(default_factory=list)
+    # (source, partition, first offset, last offset) the rows were derived from
+    ranges: list[tuple[str, int, int, int]] = field(default_factory=list)
 
     def extend(self, other: Output) -> None:
         self.ledger.extend(other.ledger)
         self.quarantined.extend(other.quarantined)
         self.closed.extend(other.closed)
         self.alerts.extend(other.alerts)
+        self.dlq.extend(other.dlq)
         self.limit_deaths.extend(other.limit_deaths)
         self.state_writes.update(other.state_writes)
         self.stats.update(other.stats)
+        self.event_ts.extend(other.event_ts)
+        self.ranges.extend(other.ranges)
+
+    @property
+    def records(self) -> int:
+        """Topic records to produce."""
+        return len(self.quarantined) + len(self.closed) + len(self.alerts) + len(self.dlq)

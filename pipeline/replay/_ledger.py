@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import Any
 
@@ -12,15 +11,15 @@ from ._sequencer import RunSequencer, TailResult
 
 __all__ = ["ledger_start_offset", "replay_from_ledger"]
 
-_IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
-
 
 def _check_identifier(database: str) -> None:
-    if not _IDENT_RE.match(database):
-        raise ReplayError(
-            f"database name {database!r} is not a plain identifier ([A-Za-z_][A-Za-z0-9_]*); "
-            "pass the ledger database, e.g. --database prism"
-        )
+    from prism.sinks import LedgerConfigError
+    from prism.sinks._client import validate_identifier
+
+    try:
+        validate_identifier(database)
+    except LedgerConfigError as exc:
+        raise ReplayError(f"{exc}; pass the ledger database, e.g. --database prism") from None
 
 
 def ledger_start_offset(

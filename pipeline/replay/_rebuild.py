@@ -1,8 +1,9 @@
 """``rebuild``: replay the input topic from its earliest offsets into a fresh ledger database.
 
-The same core as the worker, fed the same way: one ``Processor`` per source partition,
-deliveries carrying their Kafka positions, limit deaths through one ``ExhaustionAlerter``,
-rows through ``sinks.LedgerWriter``. It stops at the end offsets captured when it started,
+The same intake step as the worker (``core.Intake``), fed the same way: records with their
+Kafka positions, one processor per source partition sharing the pipeline watermark, limit
+deaths through one ``ExhaustionAlerter``, rows through the shells' ``LedgerStore``. It
+stops at the end offsets captured when it started,
 reads without a consumer group (no offset is committed anywhere) and produces nothing, so
 the live worker and its output topics are untouched. Grace periods that were still open at
 the end are treated as elapsed, as the live worker's timer would.
@@ -16,16 +17,15 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from aiokafka import TopicPartition
 
-from prism.schemas import ContractViolation, parse_batch
-
-from ..core import Delivery, ExhaustionAlerter, Output, Processor
-from ..ingest import dead_letter_row
+from .._store import LedgerStore
+from ..core import ExhaustionAlerter, InRecord, Intake, Output, store_isolating
+from ..ingest import render_counts
 from ..settings import Settings
+from ..worker._faust import in_record
 from ._errors import RebuildRefused
 from ._ledger import _check_identifier
 from ._tail import _consumer, topic_partitions
@@ -57,9 +57,6 @@ class RebuildSummary:
         return sum(end - begin for begin, end in self.offsets.values())
 
     def render(self) -> str:
-        quarantine = {
-            k.split(".", 1)[1]: v for k, v in self.stats.items() if k.startswith("quarantine.")
-        }
         return "\n".join(
             [
                 f"rebuilt into:    {self.database} (from {self.topic}, "
@@ -70,8 +67,7 @@ class RebuildSummary:
                 "runs by status:  "
                 + (", ".join(f"{k}={v}" for k, v in sorted(self.runs_by_status.items())) or "none"),
                 f"dead letters:    {self.dead_letters}",
-                "quarantined:     "
-                + (", ".join(f"{k}={v}" for k, v in sorted(quarantine.items())) or "none"),
+                f"quarantined:     {render_counts(self.stats, 'quarantine')}",
                 f"alerts:          {self.alerts}",
             ]
         )
@@ -113,12 +109,7 @@ async def rebuild(
         cluster=settings.clickhouse_cluster,
         raw_event_ttl_days=settings.raw_event_ttl_days,
     )
-    writer = sinks.LedgerWriter(
-        client,
-        database,
-        max_rows=max(10 * batch_size, 50_000),
-        max_seconds=max(1.0, settings.batch_max_seconds),
-    )
+    writer = sinks.LedgerWriter(client, database)
     topic = settings.topics.input
     tps = [TopicPartition(topic, p) for p in await topic_partitions(settings, topic)]
     replay = _Replay(settings, writer, topic, clock)
@@ -192,84 +183,50 @@ async def _consume(
                 if pos >= end[tp]:
                     consumer.pause(tp)
                     active.remove(tp)
-            replay.maybe_flush()
 
 
 class _Replay:
-    """The worker's per-batch steps, without topics: parse, core per partition, alerts, ledger."""
+    """The worker's steps without topics: the intake step per partition, alerts, the ledger."""
 
     def __init__(
         self, settings: Settings, writer: Any, topic: str, clock: Callable[[], float]
     ) -> None:
-        self.settings = settings
-        from ..worker import core_config  # the worker's own mapping of settings to the core
-
-        self.config = core_config(settings)
-        self.writer = writer
+        config = settings.core_config()
+        alerter = ExhaustionAlerter(config.alert_window_s, config.alert_threshold)
+        self.intake = Intake(config, max_event_bytes=settings.max_event_bytes, alerter=alerter)
+        self.store = LedgerStore(writer)
         self.topic = topic
         self.clock = clock
-        self.processors: dict[int, Processor] = {}
         self.last_offset: dict[int, int] = {}
-        self.alerter = ExhaustionAlerter(self.config.alert_window_s, self.config.alert_threshold)
         self.stats: Counter[str] = Counter()
         self.statuses: dict[str, str] = {}
         self.alerts = 0
         self.dead_letters = 0
 
     def partition_batch(self, partition: int, records: Sequence[Any]) -> None:
-        from prism.sinks import SourceRange
-
-        now = self.clock()
-        received = datetime.fromtimestamp(now, tz=UTC)
-        proc = self.processors.setdefault(partition, Processor(self.config, partition))
-        out = Output()
-        deliveries = []
-        parsed = parse_batch(
-            [r.value or b"" for r in records], max_bytes=self.settings.max_event_bytes
-        )
-        for rec, item in zip(records, parsed, strict=True):
-            if isinstance(item, ContractViolation):
-                out.ledger.dead_letters.append(
-                    dead_letter_row(
-                        rec.value or b"", item, rec.topic, partition, rec.offset, received
-                    )
-                )
-                out.stats[f"dlq.{item.code}"] += 1
-            else:
-                deliveries.append(
-                    Delivery(
-                        item, rec.topic, partition, rec.offset, received, _traceparent(rec.headers)
-                    )
-                )
-        out.extend(proc.process(deliveries, now))
+        recs: list[InRecord] = [in_record(r) for r in records]
+        out = store_isolating(self.intake, {partition: recs}, self.clock(), self.store)
         self.last_offset[partition] = records[-1].offset
-        self._emit(out, SourceRange(self.topic, partition, records[0].offset, records[-1].offset))
+        self._count(out)
 
     def finish(self) -> None:
-        """Close what waited on a grace period, as the live worker's timer does, then flush."""
-        from prism.sinks import SourceRange
-
-        now = self.clock() + self.config.grace_period_s
-        for partition, proc in sorted(self.processors.items()):
+        """Close what waited on a grace period, as the live worker's timer does."""
+        outs = self.intake.tick(self.clock() + self.intake.config.grace_period_s)
+        out = Output()
+        for partition, part in outs.items():
+            out.extend(part)
             offset = self.last_offset[partition]
-            self._emit(proc.tick(now), SourceRange("tick:" + self.topic, partition, offset, offset))
-        self.writer.flush()
+            out.ranges.append(("tick:" + self.topic, partition, offset, offset))
+        self.store(out)
+        self.intake.commit(outs)
+        self._count(out)
 
-    def maybe_flush(self) -> None:
-        if self.writer.should_flush():
-            self.writer.flush()
-
-    def _emit(self, out: Output, rng: Any) -> None:
-        wm = max(p.watermark_us for p in self.processors.values())
-        rows = self.alerter.observe(out.limit_deaths) + self.alerter.advance(wm)
-        out.ledger.alerts.extend(rows)
+    def _count(self, out: Output) -> None:
         self.stats.update(out.stats)
         self.alerts += len(out.ledger.alerts)
         self.dead_letters += len(out.ledger.dead_letters)
         for row in out.ledger.runs:
             self.statuses[row.run_id] = row.status
-        if len(out.ledger):
-            self.writer.add(out.ledger, rng)
 
 
 def _runs_in(client: Any, database: str) -> int:
@@ -281,10 +238,3 @@ def _runs_in(client: Any, database: str) -> int:
     if not exists:
         return 0
     return int(client.query(f"SELECT count() FROM {database}.runs_store").result_rows[0][0])
-
-
-def _traceparent(headers: Any) -> str | None:
-    for key, value in headers or ():
-        if key == "traceparent":
-            return value.decode() if isinstance(value, bytes) else str(value)
-    return None

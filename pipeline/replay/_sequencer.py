@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..core import seq_gaps
 from ._events import ReplayEvent
 
 __all__ = ["RunSequencer", "TailResult", "format_seqs"]
@@ -23,7 +24,7 @@ class TailResult:
     complete: bool
     terminal_seq: int | None
     terminal_type: str | None
-    missing: list[int]
+    missing: list[tuple[int, int]]  # inclusive seq ranges
     printed: int
     duplicates: int
     post_terminal: int
@@ -130,10 +131,10 @@ class RunSequencer:
         self.released += len(out)
         return out
 
-    def missing(self) -> list[int]:
-        """Seqs below the terminal (or below the highest seen, without one) that never arrived."""
+    def missing(self) -> list[tuple[int, int]]:
+        """Seq ranges below the terminal (or the highest seen) that never arrived."""
         upper = self.terminal.seq if self.terminal is not None else self._max_seq
-        return [s for s in range(upper) if s not in self._seqs]
+        return seq_gaps(self._seqs, upper)[0] if upper >= 0 else []
 
     def drain(self) -> list[ReplayEvent]:
         """Give up waiting: release what is buffered, in seq order, skipping the gaps."""
@@ -157,21 +158,6 @@ class RunSequencer:
         )
 
 
-def format_seqs(seqs: list[int]) -> str:
-    """``[1, 2, 3, 7]`` -> ``"1-3, 7"``."""
-    parts: list[str] = []
-    run: list[int] = []
-    for s in sorted(seqs):
-        if run and s == run[-1] + 1:
-            run.append(s)
-            continue
-        if run:
-            parts.append(_span(run))
-        run = [s]
-    if run:
-        parts.append(_span(run))
-    return ", ".join(parts)
-
-
-def _span(run: list[int]) -> str:
-    return str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}"
+def format_seqs(ranges: list[tuple[int, int]]) -> str:
+    """``[(1, 3), (7, 7)]`` -> ``"1-3, 7"``."""
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in ranges)

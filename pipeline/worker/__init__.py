@@ -1,8 +1,14 @@
-"""The faust-streaming worker shell around the core (``prism-pipeline worker``)."""
+"""The faust-streaming worker shell around the core (``prism-pipeline worker``).
+
+Example::
+
+    from prism.pipeline.settings import load_settings
+    from prism.pipeline.worker import run_worker
+    run_worker(load_settings())      # until SIGTERM
+"""
 
 from ._app import AlertSink, PipelineWorker
 from ._faust import make_app
-from ._records import core_config
 from ._run import WorkerHooks, build_worker, run_worker
 
 __all__ = [
@@ -10,7 +16,6 @@ __all__ = [
     "PipelineWorker",
     "WorkerHooks",
     "build_worker",
-    "core_config",
     "make_app",
     "run_worker",
 ]

@@ -1,15 +1,23 @@
-"""The faust-streaming worker: Kafka batches -> the core -> ClickHouse, then output topics.
+"""The faust-streaming worker: Kafka batches -> the shared intake step -> ledger, then topics.
 
-Per batch (``stream.take_events``): parse the raw values in one call, send bad records to
-the DLQ, run each source partition's events through that partition's ``Processor``,
-insert the rows into the ledger and wait for ClickHouse's acknowledgement, produce the
-quarantine / runs-closed / alert / DLQ records and wait for the broker, then write each
-touched run's state once to the ``run-state`` table under that partition's event
-context. Only after all of that does the batch's body return, so faust acknowledges (and
-later commits) those offsets only once the ledger holds their rows.
+Per batch of the input topic (``stream.take_events``), under one lock shared with the
+timer and the alerter, these steps run in order, each with its guarantee:
 
-Limit deaths go through the single-partition ``<prefix>.limit-deaths`` topic so one
-alerter sees every tenant's deaths; each batch also sends its partition watermark there.
+1. **Read back** offsets the consumer skipped (``_offsets``): the batch is gap-free.
+2. **Step and store** (``core.store_isolating`` in a thread): parse, dead-letter, run
+   semantics per partition, then insert the rows and wait for ClickHouse's
+   acknowledgement. Transient insert errors are retried here forever with backoff
+   (``LedgerStore``; offsets wait); rows the ledger refuses for good are isolated to
+   their records and dead-lettered ``unstorable``. After this step the rows are durable.
+3. **Produce** quarantine / runs-closed / alert / DLQ / limit-death records and wait for
+   the broker: the records are durable.
+4. **Write state**: each touched run once, under its partition's event (changelogged).
+5. **Return**: faust acknowledges the batch and commits its offsets later. A crash before
+   this re-delivers the batch; the core's dedup, the insert tokens and the versioned
+   tables make that change no count.
+
+Limit deaths (and each partition's watermark) go through the single-partition
+``<prefix>.limit-deaths`` topic, so one alerter sees every tenant's deaths.
 """
 
 from __future__ import annotations
@@ -18,36 +26,44 @@ import asyncio
 import atexit
 import logging
 import time
-import weakref
 from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import UTC, datetime
 from typing import Any, cast
 
 import faust
-import orjson
-from faust.streams import _current_event
 from faust.types import TP
 
-from prism.schemas import AlertRow, ContractViolation, LedgerBatch, parse_batch
+from prism.schemas import AlertRow, LedgerBatch
 
+from .._store import LedgerSink, LedgerStore, LedgerUnavailable
 from ..core import (
-    Delivery,
     ExhaustionAlerter,
-    LimitDeath,
+    InRecord,
+    Intake,
     Output,
-    OutRecord,
-    Processor,
+    PermanentStoreError,
     alert_record,
+    death_record,
+    decode_alerter_input,
+    store_isolating,
+    watermark_record,
 )
-from ..ingest import dead_letter_row
 from ..settings import Settings
-from ._faust import make_app
-from ._offsets import ReadBack, Rec, missing_ranges, rec_of_message
-from ._records import core_config, dlq_record, header, lag, source_range
+from ._faust import (
+    die,
+    event_context,
+    header,
+    in_record,
+    lag,
+    make_app,
+    raw_table,
+    raw_topic,
+    send,
+)
+from ._offsets import ReadBack, missing_ranges
 from ._telemetry import WorkerTelemetry
 
-__all__ = ["AlertSink", "PipelineWorker", "core_config"]
+__all__ = ["AlertSink", "PipelineWorker"]
 
 log = logging.getLogger("prism.worker")
 
@@ -56,54 +72,40 @@ _ALERTER_KEY = b"alerter"
 
 
 class PipelineWorker:
-    """The faust app with its agents, plus the ledger writer it feeds.
+    """The faust app with its agents, fed into the shared intake step and the ledger.
 
-    ``writer`` is a ``sinks.LedgerWriter`` (``add``/``flush``); ``alert_sinks`` receive the
-    alerts raised (e.g. the webhook notifier).
+    ``writer`` is the ledger sink (``sinks.LedgerWriter``); ``alert_sinks`` receive the
+    alerts raised (e.g. the webhook notifier); ``clock`` is processing time.
     """
 
     def __init__(
         self,
         settings: Settings,
-        writer: Any,
+        writer: LedgerSink,
         *,
         alert_sinks: Sequence[AlertSink] = (),
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.settings = settings
-        self.config = core_config(settings)
-        self.writer = writer
-        self.alert_sinks = list(alert_sinks)
         self.clock = clock
+        self.alert_sinks = list(alert_sinks)
         self.topics = settings.topics
         self.app: faust.App = make_app(settings)
-        raw: dict[str, Any] = {
-            "key_type": bytes,
-            "value_type": bytes,
-            "key_serializer": "raw",
-            "value_serializer": "raw",
-        }
-        self.input = self.app.topic(self.topics.input, partitions=settings.partitions, **raw)
-        self.deaths = self.app.topic(f"{settings.topic_prefix}.limit-deaths", partitions=1, **raw)
-        self.outputs = {
-            name: self.app.topic(topic, partitions=settings.partitions, **raw)
-            for name, topic in (
-                ("dlq", self.topics.dlq),
-                ("quarantine", self.topics.quarantine),
-                ("closed", self.topics.runs_closed),
-                ("alerts", self.topics.alerts),
-            )
-        }
-        # bytes key/value types make faust use the raw codec for the changelog as well
-        table: dict[str, Any] = {"default": None, "key_type": bytes, "value_type": bytes}
-        self.state = self.app.Table("run-state", partitions=settings.partitions, **table)
-        self.alert_state = self.app.Table("alert-state", partitions=1, **table)
-        self.processors: dict[int, Processor] = {}
+        self.input = raw_topic(self.app, self.topics.input, settings.partitions)
+        self.deaths = raw_topic(self.app, self.topics.limit_deaths, 1)
+        self.state = raw_table(self.app, "run-state", settings.partitions)
+        self.alert_state = raw_table(self.app, "alert-state", 1)
+        self.intake = Intake(settings.core_config(), max_event_bytes=settings.max_event_bytes)
+        self.stats: Counter[str] = Counter()
+        self._stopping = False
+        self.store = LedgerStore(
+            writer, give_up_after=None, stopping=lambda: self._stopping, stats=self.stats
+        )
         self.read_back = ReadBack(self.topics.input, settings.aiokafka_kwargs())
         self.last_event: dict[int, Any] = {}
         self.alerter: ExhaustionAlerter | None = None
-        self.stats: Counter[str] = Counter()
-        self._ledger_lock = asyncio.Lock()
+        self._loaded: set[int] = set()
+        self._lock = asyncio.Lock()
         self.telemetry = WorkerTelemetry(settings.state_dir / "worker-stats.json")
         atexit.register(self.telemetry.write_stats, force=True)
         self._last_log = 0.0
@@ -114,70 +116,59 @@ class PipelineWorker:
         self.app.on_partitions_revoked.connect(cast(Any, self._on_revoked))
         self.app.on_before_shutdown.connect(cast(Any, self._on_shutdown))
 
-    # -- agents -------------------------------------------------------------------------
+    # -- the input topic ----------------------------------------------------------------
     async def _events_agent(self, stream: faust.Stream) -> None:
         s = self.settings
         async for events in stream.take_events(s.batch_max_events, s.batch_max_seconds):
-            await self.handle_batch(events)
+            try:
+                await self.handle_batch(events)
+            except LedgerUnavailable:
+                if not self._stopping:
+                    raise
+                return  # stopping while the ledger is down: nothing acknowledged
+            except BaseException:
+                die("an unexpected error in the worker's batch step", log)
 
     async def handle_batch(self, events: Sequence[Any]) -> None:
         self.telemetry.consumed(len(events))
         traceparents = [header(e.message.headers, "traceparent") for e in events]
         with self.telemetry.batch_span(len(events), traceparents):
-            await self._handle_batch(events, traceparents)
+            async with self._lock:
+                await self._handle_batch(events)
 
-    async def _handle_batch(self, events: Sequence[Any], traceparents: list[str | None]) -> None:
-        now = self.clock()
-        received = datetime.fromtimestamp(now, tz=UTC)
-        by_partition: dict[int, list[Rec]] = defaultdict(list)
+    async def _handle_batch(self, events: Sequence[Any]) -> None:
+        batches: dict[int, list[InRecord]] = defaultdict(list)
         for ev in events:
-            by_partition[ev.message.partition].append(rec_of_message(ev.message))
+            batches[ev.message.partition].append(in_record(ev.message))
             self.last_event[ev.message.partition] = ev
-        outputs: list[tuple[int, Output, Any]] = []
-        dlq: list[OutRecord] = []
-        event_ts: list[float] = []
-        for partition, recs in sorted(by_partition.items()):
-            proc = self._processor(partition)
-            recs = await self._without_gaps(proc, partition, recs)
-            out = Output()
-            deliveries = []
-            parsed = parse_batch([r.value for r in recs], max_bytes=self.settings.max_event_bytes)
-            for rec, item in zip(recs, parsed, strict=True):
-                if isinstance(item, ContractViolation):
-                    out.ledger.dead_letters.append(
-                        dead_letter_row(
-                            rec.value or b"", item, rec.topic, partition, rec.offset, received
-                        )
-                    )
-                    dlq.append(dlq_record(rec, item))
-                    out.stats[f"dlq.{item.code}"] += 1
-                else:
-                    traceparent = header(rec.headers, "traceparent")
-                    deliveries.append(
-                        Delivery(item, rec.topic, partition, rec.offset, received, traceparent)
-                    )
-                    event_ts.append(item.ts.timestamp())
-            first, last = min(r.offset for r in recs), max(r.offset for r in recs)
-            proc.next_offset = max(proc.next_offset or 0, last + 1)
-            out.extend(proc.process(deliveries, now))
-            self.telemetry.lag[partition] = lag(self.app, TP(self.topics.input, partition), last)
-            outputs.append(
-                (partition, out, source_range(self.topics.input, partition, first, last))
+        for partition in sorted(batches):
+            self._restore(partition)
+            batches[partition] = await self._without_gaps(partition, batches[partition])
+        ordered = {p: batches[p] for p in sorted(batches)}
+        with self.telemetry.insert_span(len(events)):
+            out = await asyncio.to_thread(
+                store_isolating, self.intake, ordered, self.clock(), self.store
             )
-        await self._commit_outputs(outputs, dlq, event_ts)
+        self.telemetry.acknowledged(out.event_ts)
+        for partition, records in ordered.items():
+            last = records[-1].offset
+            self.telemetry.lag[partition] = lag(self.app, TP(self.topics.input, partition), last)
+        await self._publish(out, ordered)
+        self._write_state(out.state_writes)
+        await self._after(out)
 
-    async def _without_gaps(self, proc: Processor, partition: int, recs: list[Rec]) -> list[Rec]:
+    async def _without_gaps(self, partition: int, recs: list[InRecord]) -> list[InRecord]:
         """The batch's records plus any offsets the consumer skipped, read back, in order."""
+        proc = self.intake.processor(partition)
         gaps = missing_ranges(proc.next_offset, (r.offset for r in recs))
         if not gaps:
             return recs
         found = await self.read_back.read(partition, gaps)
-        skipped = sum(end - start for start, end in gaps)
         self.stats["offsets_read_back"] += len(found)
         log.warning(
             "partition %d: the consumer skipped %d offset(s) %s; read back %d record(s)",
             partition,
-            skipped,
+            sum(end - start for start, end in gaps),
             ", ".join(f"{a}..{b - 1}" for a, b in gaps[:5]),
             len(found),
         )
@@ -185,104 +176,113 @@ class PipelineWorker:
         merged.update((r.offset, r) for r in recs)
         return [merged[o] for o in sorted(merged)]
 
-    async def _commit_outputs(
-        self,
-        outputs: list[tuple[int, Output, Any]],
-        dlq: list[OutRecord],
-        event_ts: list[float] | None = None,
-    ) -> None:
-        """Ledger first (and wait), then topics (and wait), then state: offsets rely on it."""
-        await self._write_ledger([(out.ledger, rng) for _, out, rng in outputs])
-        if event_ts:
-            self.telemetry.acknowledged(event_ts)
-        futures = [self._send("dlq", r) for r in dlq]
-        for partition, out, _ in outputs:
-            futures += [self._send("quarantine", r) for r in out.quarantined]
-            futures += [self._send("closed", r) for r in out.closed]
-            futures += [self._send("alerts", r) for r in out.alerts]
-            for death in out.limit_deaths:
-                futures.append(self._send_death(death))
-            futures.append(self._send_watermark(partition, self.processors[partition].watermark_us))
-            self.stats.update(out.stats)
-            self.telemetry.outcomes(out.stats)
-        await asyncio.gather(*[await f for f in futures])
-        for partition, out, _ in outputs:
-            self._write_state(partition, out.state_writes)
-            if out.ledger.alerts:
-                await self._notify(out.ledger.alerts)
+    async def _publish(self, out: Output, partitions: dict[int, Any]) -> None:
+        """Produce the output records and wait until the broker has every one."""
+        app, t = self.app, self.topics
+        futures = [await send(app, t.dlq, r) for r in out.dlq]
+        futures += [await send(app, t.quarantine, r) for r in out.quarantined]
+        futures += [await send(app, t.runs_closed, r) for r in out.closed]
+        futures += [await send(app, t.alerts, r) for r in out.alerts]
+        futures += [await send(app, t.limit_deaths, death_record(d), 0) for d in out.limit_deaths]
+        wm = self.intake.clock.watermark_us
+        for partition in partitions:
+            futures.append(await send(app, t.limit_deaths, watermark_record(partition, wm), 0))
+        await asyncio.gather(*futures)
+
+    def _write_state(self, writes: dict[str, bytes | None]) -> None:
+        """Each changed key once, under its partition's latest event (its changelog partition)."""
+        by_partition: dict[int, list[tuple[str, bytes | None]]] = defaultdict(list)
+        for key, value in writes.items():
+            by_partition[int(key.split("\x1f")[1])].append((key, value))
+        for partition, items in by_partition.items():
+            event = self.last_event.get(partition)
+            if event is None:
+                continue
+            with event_context(event):
+                for key, value in items:
+                    if value is None:
+                        self.state.pop(key.encode(), None)
+                    else:
+                        self.state[key.encode()] = value
+
+    def _restore(self, partition: int) -> None:
+        """Load a partition's run state from the changelogged table the first time it is seen."""
+        if partition in self._loaded:
+            return
+        proc = self.intake.processor(partition)
+        proc.load(
+            (k.decode(), v)
+            for k, v in self.state.items()
+            if v is not None and proc.owns_key(k.decode())
+        )
+        self._loaded.add(partition)
+        log.info("partition %d: restored %d runs", partition, len(proc.runs))
+
+    async def _after(self, out: Output) -> None:
+        self.stats.update(out.stats)
+        self.telemetry.outcomes(out.stats)
+        if out.ledger.alerts:
+            await self._notify(out.ledger.alerts)
         self._log_summary()
         self.telemetry.write_stats()
 
-    async def _write_ledger(self, parts: list[tuple[LedgerBatch, Any]]) -> None:
-        """Insert and wait for the acknowledgement; while ClickHouse fails, retry, hold offsets."""
-        from prism.sinks import LedgerWriteError
-
-        parts = [(b, r) for b, r in parts if len(b)]
-        if not parts:
-            return
-        async with self._ledger_lock:
-            for batch, rng in parts:
-                self.writer.add(batch, rng)
-            delay = 0.5
-            while True:
-                try:
-                    with self.telemetry.insert_span(sum(len(b) for b, _ in parts)):
-                        await asyncio.to_thread(self.writer.flush)
-                    return
-                except LedgerWriteError as exc:
-                    self.stats["ledger_write_failures"] += 1
-                    log.warning(
-                        "ledger write failed, offsets held, retrying in %.1fs: %s", delay, exc
-                    )
-                    await asyncio.sleep(delay)
-                    delay = min(delay * 2, 30.0)
+    # -- time ---------------------------------------------------------------------------
+    async def _tick(self) -> None:
+        """Grace periods of partitions that went quiet, staleness on the shared watermark."""
+        async with self._lock:
+            live = [p for p in self.intake.processors if p in self.last_event]
+            if not live:
+                return
+            outs = self.intake.tick(self.clock())
+            out = Output()
+            for partition, part in outs.items():
+                out.extend(part)
+                offset = self.last_event[partition].message.offset if partition in live else 0
+                out.ranges.append(("tick:" + self.topics.input, partition, offset, offset))
+            if not (out.ledger.runs or out.ledger.alerts or out.closed):
+                self.intake.commit(outs)
+                self._write_state(out.state_writes)
+                return
+            try:
+                await asyncio.to_thread(self.store, out)
+            except PermanentStoreError:
+                self.intake.rollback(outs)
+                log.exception("the ledger refused rows of the timer; they are retried next tick")
+                return
+            self.intake.commit(outs)
+            await self._publish(out, {})
+            self._write_state(out.state_writes)
+            await self._after(out)
 
     # -- the alerter --------------------------------------------------------------------
     async def _deaths_agent(self, stream: faust.Stream) -> None:
         async for events in stream.take_events(1000, 0.5):
-            alerter = self._alerter()
-            deaths, wm = [], 0
-            for ev in events:
-                d = orjson.loads(ev.message.value or b"{}")
-                if "wm" in d:
-                    wm = max(wm, d["wm"])
-                else:
-                    deaths.append(
-                        LimitDeath(
-                            d["tenantId"], d["axis"], d["runId"], datetime.fromisoformat(d["ts"])
-                        )
-                    )
-            rows = alerter.observe(deaths) + alerter.advance(wm)
-            if rows:
-                batch = LedgerBatch(alerts=rows)
-                await self._write_ledger(
-                    [
-                        (
-                            batch,
-                            source_range(
-                                self.deaths.get_topic_name(),
-                                0,
-                                events[0].message.offset,
-                                events[-1].message.offset,
-                            ),
-                        )
-                    ]
-                )
-                await asyncio.gather(*[await self._send("alerts", alert_record(r)) for r in rows])
-                await self._notify(rows)
-            token = _current_event.set(weakref.ref(events[-1]))
-            try:
-                self.alert_state[_ALERTER_KEY] = alerter.to_bytes()
-            finally:
-                _current_event.reset(token)
+            async with self._lock:
+                await self._alert_batch(events)
+
+    async def _alert_batch(self, events: Sequence[Any]) -> None:
+        alerter = self._alerter()
+        deaths, wm = decode_alerter_input([e.message.value for e in events])
+        rows = alerter.observe(deaths) + alerter.advance(wm)
+        if rows:
+            first, last = events[0].message.offset, events[-1].message.offset
+            out = Output(ledger=LedgerBatch(alerts=rows))
+            out.ranges.append((self.topics.limit_deaths, 0, first, last))
+            out.alerts.extend(alert_record(r) for r in rows)
+            await asyncio.to_thread(self.store, out)
+            await self._publish(out, {})
+            await self._notify(rows)
+        with event_context(events[-1]):
+            self.alert_state[_ALERTER_KEY] = alerter.to_bytes()
 
     def _alerter(self) -> ExhaustionAlerter:
         if self.alerter is None:
             raw = self.alert_state.get(_ALERTER_KEY)
+            cfg = self.intake.config
             self.alerter = (
                 ExhaustionAlerter.from_bytes(raw)
                 if raw
-                else ExhaustionAlerter(self.config.alert_window_s, self.config.alert_threshold)
+                else ExhaustionAlerter(cfg.alert_window_s, cfg.alert_threshold)
             )
         return self.alerter
 
@@ -293,33 +293,10 @@ class PipelineWorker:
             except Exception:  # a notifier must never stop the stream
                 log.exception("alert sink %r failed", sink)
 
-    # -- partitions and state -----------------------------------------------------------
-    def _processor(self, partition: int) -> Processor:
-        proc = self.processors.get(partition)
-        if proc is None:
-            proc = Processor(self.config, partition)
-            proc.load(
-                (k.decode(), v)
-                for k, v in self.state.items()
-                if v is not None and proc.owns_key(k.decode())
-            )
-            self.processors[partition] = proc
-            log.info("partition %d: restored %d runs", partition, len(proc.runs))
-        return proc
-
-    def _write_state(self, partition: int, writes: dict[str, bytes | None]) -> None:
-        token = _current_event.set(weakref.ref(self.last_event[partition]))
-        try:
-            for key, value in writes.items():
-                if value is None:
-                    self.state.pop(key.encode(), None)
-                else:
-                    self.state[key.encode()] = value
-        finally:
-            _current_event.reset(token)
-
+    # -- lifecycle ----------------------------------------------------------------------
     async def _on_shutdown(self, app: Any, **_: Any) -> None:
         """The consumer has stopped: let notifiers deliver what they queued, write stats."""
+        self._stopping = True
         for sink in self.alert_sinks:
             aclose = getattr(sink, "aclose", None)
             if aclose is not None:
@@ -331,70 +308,12 @@ class PipelineWorker:
         await self.read_back.close()
 
     async def _on_revoked(self, app: Any, revoked: set[Any], **_: Any) -> None:
-        for tp in revoked:
-            if tp.topic == self.topics.input:
-                self.processors.pop(tp.partition, None)
-                self.last_event.pop(tp.partition, None)
-
-    async def _tick(self) -> None:
-        """Grace periods in processing time for partitions that went quiet."""
-        now = self.clock()
-        outputs = []
-        for partition, proc in list(self.processors.items()):
-            if partition not in self.last_event:
-                continue
-            out = proc.tick(now)
-            if out.closed or out.ledger.runs or out.ledger.alerts:
-                offset = self.last_event[partition].message.offset
-                outputs.append(
-                    (
-                        partition,
-                        out,
-                        source_range("tick:" + self.topics.input, partition, offset, offset),
-                    )
-                )
-        if outputs:
-            await self._commit_outputs(outputs, [])
-        self.telemetry.write_stats()
-
-    # -- producing ----------------------------------------------------------------------
-    async def _send(self, name: str, rec: OutRecord) -> Awaitable[Any]:
-        return await self.app.producer.send(
-            self.outputs[name].get_topic_name(),
-            rec.key,
-            rec.value,
-            None,
-            None,
-            list(rec.headers) or None,
-        )
-
-    async def _send_death(self, death: LimitDeath) -> Awaitable[Any]:
-        value = orjson.dumps(
-            {
-                "tenantId": death.tenant_id,
-                "axis": death.axis,
-                "runId": death.run_id,
-                "ts": death.ts.isoformat(),
-            }
-        )
-        return await self.app.producer.send(
-            self.deaths.get_topic_name(),
-            f"{death.tenant_id}|{death.axis}".encode(),
-            value,
-            0,
-            None,
-            None,
-        )
-
-    async def _send_watermark(self, partition: int, wm_us: int) -> Awaitable[Any]:
-        return await self.app.producer.send(
-            self.deaths.get_topic_name(),
-            b"wm",
-            orjson.dumps({"wm": wm_us, "p": partition}),
-            0,
-            None,
-            None,
-        )
+        async with self._lock:
+            for tp in revoked:
+                if tp.topic == self.topics.input:
+                    self.intake.drop(tp.partition)
+                    self.last_event.pop(tp.partition, None)
+                    self._loaded.discard(tp.partition)
 
     def _log_summary(self) -> None:
         now = time.monotonic()

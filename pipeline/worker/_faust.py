@@ -1,14 +1,116 @@
-"""Build the ``faust.App`` from settings: broker, security, store, commit and batching knobs."""
+"""faust plumbing: the app from settings, raw topics and tables, sends, the event context.
+
+Everything here that touches faust internals is named and kept in one place:
+``event_context`` sets faust's private ``_current_event`` (table writes take their
+changelog partition from it, and batches lose it), and nothing else in the worker does.
+"""
 
 from __future__ import annotations
 
+import logging
+import os
+import weakref
+from collections.abc import Awaitable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import faust
+from faust.streams import _current_event
 
+from ..core import InRecord, OutRecord
 from ..settings import Settings
 
-__all__ = ["make_app"]
+__all__ = [
+    "die",
+    "event_context",
+    "header",
+    "in_record",
+    "lag",
+    "make_app",
+    "raw_table",
+    "raw_topic",
+    "send",
+]
+
+_RAW: dict[str, Any] = {
+    "key_type": bytes,
+    "value_type": bytes,
+    "key_serializer": "raw",
+    "value_serializer": "raw",
+}
+
+
+def raw_topic(app: faust.App, name: str, partitions: int) -> Any:
+    """A topic of raw bytes keys and values (the pipeline does its own encoding)."""
+    return app.topic(name, partitions=partitions, **_RAW)
+
+
+def raw_table(app: faust.App, name: str, partitions: int) -> Any:
+    """A changelogged table of bytes -> bytes (bytes types give the raw changelog codec)."""
+    return app.Table(name, partitions=partitions, default=None, key_type=bytes, value_type=bytes)
+
+
+@contextmanager
+def event_context(event: Any) -> Iterator[None]:
+    """Make ``event`` faust's current event, so table writes go to its partition."""
+    token = _current_event.set(weakref.ref(event))
+    try:
+        yield
+    finally:
+        _current_event.reset(token)
+
+
+def die(what: str, log: logging.Logger) -> None:
+    """Stop the process at once, committing nothing: the batch will be delivered again.
+
+    faust would restart a crashed agent and could commit past the batch it was handling;
+    exiting instead keeps every offset of the batch uncommitted (exit status 70).
+    """
+    log.critical("%s; stopping without committing (the batch is delivered again)", what,
+                 exc_info=True)  # fmt: skip
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    os._exit(70)
+
+
+def header(headers: Any, name: str) -> str | None:
+    """A record header's value as text (faust gives a dict or a list of pairs)."""
+    if not headers:
+        return None
+    items = headers.items() if isinstance(headers, dict) else headers
+    for k, v in items:
+        if k == name:
+            return v.decode() if isinstance(v, bytes) else str(v)
+    return None
+
+
+def in_record(msg: Any) -> InRecord:
+    """The core's input record of a faust message or an aiokafka ``ConsumerRecord``."""
+    return InRecord(
+        msg.value,
+        msg.topic,
+        msg.partition,
+        msg.offset,
+        msg.key,
+        header(msg.headers, "traceparent"),
+    )
+
+
+async def send(
+    app: faust.App, topic: str, rec: OutRecord, partition: int | None = None
+) -> Awaitable[Any]:
+    """Hand ``rec`` to the producer; await the result to know the broker has it."""
+    return await app.producer.send(
+        topic, rec.key, rec.value, partition, None, list(rec.headers) or None
+    )
+
+
+def lag(app: faust.App, tp: Any, offset: int) -> int:
+    """Records behind the partition's high watermark after ``offset``."""
+    try:
+        return max(0, int(app.consumer.highwater(tp)) - offset - 1)
+    except Exception:  # no highwater known yet
+        return 0
 
 
 def make_app(settings: Settings, *, app_id: str | None = None) -> faust.App:

@@ -15,26 +15,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ReadBack", "Rec", "missing_ranges", "rec_of_message"]
+from ..core import InRecord
+from ._faust import in_record
 
-
-@dataclass(frozen=True, slots=True)
-class Rec:
-    """One input record, whether faust delivered it or it was read back."""
-
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    headers: Any
-
-
-def rec_of_message(msg: Any) -> Rec:
-    return Rec(msg.topic, msg.partition, msg.offset, msg.key, msg.value, msg.headers)
+__all__ = ["ReadBack", "missing_ranges"]
 
 
 def missing_ranges(expected: int | None, offsets: Iterable[int]) -> list[tuple[int, int]]:
@@ -62,7 +48,7 @@ class ReadBack:
         self.timeout_s = timeout_s
         self._consumer: Any = None
 
-    async def read(self, partition: int, ranges: list[tuple[int, int]]) -> list[Rec]:
+    async def read(self, partition: int, ranges: list[tuple[int, int]]) -> list[InRecord]:
         from aiokafka import AIOKafkaConsumer, TopicPartition
 
         if self._consumer is None:
@@ -76,7 +62,7 @@ class ReadBack:
         c = self._consumer
         tp = TopicPartition(self.topic, partition)
         c.assign([tp])
-        out: list[Rec] = []
+        out: list[InRecord] = []
         loop = asyncio.get_running_loop()
         for start, end in ranges:
             c.seek(tp, start)
@@ -88,11 +74,7 @@ class ReadBack:
                         f"[{partition}] within {self.timeout_s:.0f}s; the batch is not acknowledged"
                     )
                 fetched = await c.getmany(tp, timeout_ms=1000, max_records=10_000)
-                out += [
-                    Rec(r.topic, r.partition, r.offset, r.key, r.value, r.headers)
-                    for r in fetched.get(tp, [])
-                    if start <= r.offset < end
-                ]
+                out += [in_record(r) for r in fetched.get(tp, []) if start <= r.offset < end]
         return out
 
     async def close(self) -> None:

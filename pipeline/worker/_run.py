@@ -31,26 +31,17 @@ class WorkerHooks:
 
 
 def build_worker(settings: Settings, hooks: WorkerHooks | None = None) -> PipelineWorker:
+    """The worker of ``settings``: ledger migrated, writer built, hooks installed."""
     from prism import sinks
 
+    from .._store import open_ledger
     from ._telemetry import configure_exporters
 
     configure_exporters(settings.otel_exporter, settings.otel_endpoint)
-    client = sinks.connect(settings.clickhouse_dsn, settings.clickhouse_database)
-    sinks.migrate(
-        client,
-        settings.clickhouse_database,
-        cluster=settings.clickhouse_cluster,
-        raw_event_ttl_days=settings.raw_event_ttl_days,
-    )
+    client = open_ledger(settings)
     hooks = hooks or WorkerHooks()
-    ledger = sinks.LedgerWriter(
-        client,
-        settings.clickhouse_database,
-        max_rows=max(10 * settings.batch_max_events, 50_000),
-        max_seconds=settings.batch_max_seconds,
-        insert_hook=hooks.insert_hook,
-    )
+    # The worker flushes once per batch (and per timer tick); no size or age cadence.
+    ledger = sinks.LedgerWriter(client, settings.clickhouse_database, insert_hook=hooks.insert_hook)
     writer = hooks.wrap_writer(ledger) if hooks.wrap_writer else ledger
     alert_sinks = []
     if settings.alert_webhook_url:

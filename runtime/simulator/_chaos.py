@@ -26,6 +26,7 @@ __all__ = [
     "add_duplicates",
     "add_post_terminal",
     "deliver",
+    "dumps",
     "eligible_for_replacement",
 ]
 
@@ -41,7 +42,7 @@ FLAVOURS: dict[str, str] = {
 _CONTENT_TYPE = ("content-type", b"application/json")
 
 
-def _dumps(obj: Any) -> bytes:
+def dumps(obj: Any) -> bytes:
     """Compact JSON bytes, copied to an exact-size object (orjson's buffer is much larger
     than its content, which would multiply the memory a fleet holds)."""
     return memoryview(orjson.dumps(obj)).tobytes()
@@ -49,10 +50,13 @@ def _dumps(obj: Any) -> bytes:
 
 @dataclass(frozen=True, slots=True)
 class FleetRecord:
-    """One Kafka record as delivered: key (runId), value, headers, plus what it is.
+    """One Kafka record as delivered: key, value, headers, plus what it is.
 
+    ``family`` is ``agent`` (topic ``prism.agent-events``, key runId) or ``channel``
+    (``prism.channel-operations``, key operationId, or connectionId for a denial).
     ``kind`` is ``valid``, ``unparsable``, ``contract_violation`` or ``oversized``;
     ``event`` is the envelope of a valid record (of an oversized one: before padding);
+    ``ts_ms`` is when it was produced (a skewed producer stamps another ``ts``);
     ``note`` names the chaos that produced it (empty for an ordinary event; junk added
     next to the events it copies ends in `` (extra)``).
     """
@@ -64,6 +68,7 @@ class FleetRecord:
     ts_ms: int
     event: dict[str, Any] | None = None
     note: str = ""
+    family: str = "agent"
 
 
 @dataclass(slots=True)
@@ -167,7 +172,7 @@ def _encode(
     max_bytes: int,
     note: str = "",
 ) -> FleetRecord:
-    value = _dumps(ev)
+    value = dumps(ev)
     kind = "oversized" if len(value) > max_bytes else "valid"
     return FleetRecord(key, value, headers, kind, ms, ev, note)
 
@@ -183,11 +188,11 @@ def _junk(rng: random.Random, flavour: str, rec: FleetRecord, extra: bool = Fals
         value = b"[" + rec.value + b"]"
     elif flavour == "wrong_type":
         field_, bad = rng.choice((("seq", "three"), ("ts", "yesterday"), ("eventId", 12345)))
-        value = _dumps({**ev, field_: bad})
+        value = dumps({**ev, field_: bad})
     else:  # priced_estimate: an estimate carrying a price is a contract violation
         data = ev["data"]
         priced = {**data["usage"], "cost": "0.003100", "currency": "USD"}
-        value = _dumps({**ev, "data": {**data, "usage": priced}})
+        value = dumps({**ev, "data": {**data, "usage": priced}})
     note = f"{flavour} (extra)" if extra else flavour
     return FleetRecord(rec.key, value, rec.headers, FLAVOURS[flavour], rec.ts_ms, None, note)
 
@@ -195,7 +200,7 @@ def _junk(rng: random.Random, flavour: str, rec: FleetRecord, extra: bool = Fals
 def _oversized(rng: random.Random, rec: FleetRecord, max_bytes: int) -> FleetRecord:
     assert rec.event is not None
     pad = max_bytes - len(rec.value) + rng.randint(1_024, 65_536)
-    value = _dumps({**rec.event, "debugPadding": "x" * pad})
+    value = dumps({**rec.event, "debugPadding": "x" * pad})
     return FleetRecord(rec.key, value, rec.headers, "oversized", rec.ts_ms, rec.event, "oversized")
 
 
@@ -283,7 +288,7 @@ def add_duplicates(
             new_ev = {**ev, "eventId": _new_event_id(rng, ev["eventId"])}
             copy = FleetRecord(
                 rec.key,
-                _dumps(new_ev),
+                dumps(new_ev),
                 rec.headers,
                 "valid",
                 rec.ts_ms,

@@ -41,7 +41,16 @@ class SimulatorPublishError(SimulatorError, RuntimeError):
     """Publishing the fleet to Kafka failed; the message names the broker and topic."""
 
 
-_PROBABILITIES = ("duplicates", "post_terminal", "conflicting_terminals", "malformed", "oversized")
+_PROBABILITIES = (
+    "duplicates",
+    "post_terminal",
+    "conflicting_terminals",
+    "malformed",
+    "oversized",
+    "hostile",
+    "guardrail_denials",
+)
+_MAX_CHANNEL_OPERATIONS = 1_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,12 +58,24 @@ class FleetConfig:
     """What fleet to simulate: size, seed, event-time origin and chaos knobs (all off by default).
 
     Probabilities: ``duplicates`` per delivered record; ``post_terminal``,
-    ``conflicting_terminals``, ``malformed`` and ``oversized`` per run. ``reorder_window``
-    lets a run's records move up to K positions (never past its terminal).
+    ``conflicting_terminals``, ``malformed``, ``oversized``, ``hostile`` and
+    ``guardrail_denials`` per run. ``reorder_window`` lets a run's records move up to K
+    positions (never past its terminal). ``hostile`` runs get one of: a post-terminal usage
+    row delivered before the terminal, a late tenant, a producer clock in 2199, another
+    tenant's run reusing their run id, a second report of one turn's usage, or (runs
+    without a terminal) a run id on a partition that then goes quiet (of ``partitions``).
+    ``limit_death_burst`` makes that many runs of one tenant die on one limit axis within
+    a few minutes (the exhaustion alert fires at ``alert_threshold`` deaths in
+    ``alert_window_seconds``). ``channel_operations`` adds that many messaging-channel
+    operations (``prism.channel-operations``) with the seeds' failure modes.
+
+    The manifest judges event time with the pipeline clock ``processing_clock`` (default:
+    the fleet's last delivery time) and ``max_clock_skew_seconds``; the pipeline being
+    checked must use the same clock.
 
     Example::
 
-        FleetConfig(runs=500, seed=7, duplicates=0.02, reorder_window=3)
+        FleetConfig(runs=500, seed=7, duplicates=0.02, reorder_window=3, hostile=0.02)
     """
 
     runs: int = 1000
@@ -67,8 +88,18 @@ class FleetConfig:
     conflicting_terminals: float = 0.0
     malformed: float = 0.0
     oversized: float = 0.0
+    hostile: float = 0.0
+    guardrail_denials: float = 0.0
+    limit_death_burst: int = 0
+    channel_operations: int = 0
+    partitions: int = 4
     stale_after_seconds: float = 3600.0
     max_event_bytes: int = 1_048_576
+    processing_clock: datetime | None = None
+    max_clock_skew_seconds: float = 300.0
+    alert_window_seconds: float = 300.0
+    alert_threshold: int = 5
+    channel_stuck_seconds: float = 300.0
     _resolved_start: datetime = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -97,15 +128,46 @@ class FleetConfig:
                 f"start={self.start.isoformat()} has no UTC offset; give one, e.g. "
                 "2026-11-30T00:00:00+00:00"
             )
-        if not self.stale_after_seconds > 0:
+        for name in (
+            "stale_after_seconds",
+            "max_clock_skew_seconds",
+            "alert_window_seconds",
+            "channel_stuck_seconds",
+        ):
+            value = getattr(self, name)
+            if not isinstance(value, int | float) or not 0 < value <= 365 * 86_400:
+                raise SimulatorConfigError(
+                    f"{name}={value!r} is out of range; use a number of seconds in (0, 31536000]"
+                )
+        self._check_counts()
+        if self.processing_clock is not None and self.processing_clock.utcoffset() is None:
             raise SimulatorConfigError(
-                f"stale_after_seconds={self.stale_after_seconds!r} must be > 0"
+                f"processing_clock={self.processing_clock.isoformat()} has no UTC offset"
             )
         if not 1024 <= self.max_event_bytes <= 64 * 1_048_576:
             raise SimulatorConfigError(
                 f"max_event_bytes={self.max_event_bytes!r} is out of range; use 1024..64 MiB"
             )
         object.__setattr__(self, "_resolved_start", self._compute_start())
+
+    def _check_counts(self) -> None:
+        bounds = {
+            "limit_death_burst": (0, self.runs),
+            "channel_operations": (0, _MAX_CHANNEL_OPERATIONS),
+            "partitions": (1, 10_000),
+            "alert_threshold": (1, 1_000_000),
+        }
+        for name, (lo, hi) in bounds.items():
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+                raise SimulatorConfigError(
+                    f"{name}={value!r} is out of range; use an integer in {lo}..{hi:,}"
+                )
+        if self.hostile and self.partitions < 2:
+            raise SimulatorConfigError(
+                f"hostile={self.hostile} needs partitions >= 2 (a quiet partition beside the "
+                f"busy ones), got partitions={self.partitions}"
+            )
 
     def _compute_start(self) -> datetime:
         if self.start is not None:
@@ -126,4 +188,5 @@ class FleetConfig:
     def knobs(self) -> dict[str, Any]:
         """The chaos knobs as a plain dict (recorded in the manifest)."""
         data = asdict(self)
-        return {name: data[name] for name in (*_PROBABILITIES, "reorder_window")}
+        names = (*_PROBABILITIES, "reorder_window", "limit_death_burst", "channel_operations")
+        return {name: data[name] for name in names}

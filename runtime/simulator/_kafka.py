@@ -14,6 +14,7 @@ from aiokafka.errors import KafkaError
 from aiokafka.partitioner import DefaultPartitioner
 from tqdm import tqdm
 
+from .._base import channel_topic_for
 from ._config import SimulatorConfigError, SimulatorPublishError
 from ._fleet import Fleet
 
@@ -24,11 +25,15 @@ _MIB = 1_048_576
 
 @dataclass(frozen=True, slots=True)
 class PublishReport:
-    """What reached the broker: record count, wall seconds, records per partition."""
+    """What reached the broker: record count, wall seconds, records per partition and topic.
+
+    ``per_partition`` counts the agent-event topic's partitions; ``per_topic`` every topic.
+    """
 
     records: int
     seconds: float
     per_partition: dict[int, int] = field(default_factory=dict)
+    per_topic: dict[str, int] = field(default_factory=dict)
 
     @property
     def rate(self) -> float:
@@ -62,9 +67,13 @@ async def publish_to_kafka(
     topic: str,
     rate: float | None = None,
     progress: bool = True,
+    channel_topic: str | None = None,
     **producer_kwargs: Any,
 ) -> PublishReport:
     """Produce every record of ``fleet`` (chaos included) to ``topic``, keyed by runId.
+
+    Channel-operation records go to ``channel_topic`` (default: beside ``topic``, e.g.
+    ``prism.channel-operations``), keyed by operationId (connectionId for a denial).
 
     One idempotent producer (``acks=all``) fills 1 MiB batches per partition (keys hash
     like any Kafka producer's) and hands them over with ``send_batch`` without awaiting
@@ -99,12 +108,13 @@ async def publish_to_kafka(
             f"cannot connect to Kafka for {where}: {exc}; is the broker up "
             "(prism-pipeline devstack kafka up)?"
         ) from exc
+    topics = {"agent": topic, "channel": channel_topic or channel_topic_for(topic)}
     show = progress and sys.stderr.isatty()
     bar = tqdm(total=len(fleet.records), unit="rec", desc=f"-> {topic}", disable=not show)
     started = time.monotonic()
     try:
-        shipped = await _send_all(producer, fleet, topic, rate, bar, options["linger_ms"] / 1000)
-        results = await asyncio.gather(*(fut for fut, _, _ in shipped), return_exceptions=True)
+        shipped = await _send_all(producer, fleet, topics, rate, bar, options["linger_ms"] / 1000)
+        results = await asyncio.gather(*(fut for fut, _, _, _ in shipped), return_exceptions=True)
     except KafkaError as exc:
         raise SimulatorPublishError(f"publishing to {where} failed: {exc}") from exc
     finally:
@@ -113,59 +123,72 @@ async def publish_to_kafka(
     failures = [r for r in results if isinstance(r, BaseException)]
     if failures:
         lost = sum(
-            n for (_, _, n), r in zip(shipped, results, strict=True) if isinstance(r, BaseException)
+            n
+            for (_, _, _, n), r in zip(shipped, results, strict=True)
+            if isinstance(r, BaseException)
         )
         raise SimulatorPublishError(
             f"{lost} of {len(fleet.records)} records were not delivered to {where}; "
             f"first error: {failures[0]!r}"
         )
     per_partition: Counter[int] = Counter()
-    for _, partition, count in shipped:
-        per_partition[partition] += count
+    per_topic: Counter[str] = Counter()
+    for _, to, partition, count in shipped:
+        per_topic[to] += count
+        if to == topic:
+            per_partition[partition] += count
     return PublishReport(
-        sum(per_partition.values()), time.monotonic() - started, dict(sorted(per_partition.items()))
+        sum(per_topic.values()),
+        time.monotonic() - started,
+        dict(sorted(per_partition.items())),
+        dict(sorted(per_topic.items())),
     )
 
 
 async def _send_all(
     producer: AIOKafkaProducer,
     fleet: Fleet,
-    topic: str,
+    topics: dict[str, str],
     rate: float | None,
     bar: tqdm,
     linger: float,
-) -> list[tuple[asyncio.Future[Any], int, int]]:
-    """Fill one batch per partition (Kafka's key partitioner) and hand full ones over.
+) -> list[tuple[asyncio.Future[Any], str, int, int]]:
+    """Fill one batch per (topic, partition) (Kafka's key partitioner) and hand full ones over.
 
-    Returns (delivery future, partition, record count) per batch. With a rate, batches
-    older than ``linger`` seconds are sent even when not full.
+    Returns (delivery future, topic, partition, record count) per batch. With a rate,
+    batches older than ``linger`` seconds are sent even when not full.
     """
-    partitions = sorted(await producer.partitions_for(topic))
     partitioner = DefaultPartitioner()
-    partition_of: dict[bytes, int] = {}
-    open_batches: dict[int, list[Any]] = {}  # partition -> [builder, count, created]
-    shipped: list[tuple[asyncio.Future[Any], int, int]] = []
+    partitions: dict[str, list[int]] = {}
+    for family in sorted({rec.family for rec in fleet.records}):
+        partitions[topics[family]] = sorted(await producer.partitions_for(topics[family]))
+    partition_of: dict[tuple[str, bytes], int] = {}
+    open_batches: dict[tuple[str, int], list[Any]] = {}  # -> [builder, count, created]
+    shipped: list[tuple[asyncio.Future[Any], str, int, int]] = []
     bucket = _TokenBucket(rate) if rate else None
 
-    async def ship(partition: int) -> None:
-        builder, count, _ = open_batches.pop(partition)
-        fut = await producer.send_batch(builder, topic, partition=partition)
+    async def ship(where: tuple[str, int]) -> None:
+        builder, count, _ = open_batches.pop(where)
+        fut = await producer.send_batch(builder, where[0], partition=where[1])
         fut.add_done_callback(lambda _f, n=count: bar.update(n))
-        shipped.append((fut, partition, count))
+        shipped.append((fut, where[0], where[1], count))
 
     for rec in fleet.records:
         if bucket is not None:
             await bucket.take()
             now = time.monotonic()
-            for stale in [p for p, b in open_batches.items() if now - b[2] >= linger]:
+            for stale in [w for w, b in open_batches.items() if now - b[2] >= linger]:
                 await ship(stale)
-        partition = partition_of.get(rec.key)
+        to = topics[rec.family]
+        partition = partition_of.get((to, rec.key))
         if partition is None:
-            partition = partition_of[rec.key] = partitioner(rec.key, partitions, partitions)
+            parts = partitions[to]
+            partition = partition_of[(to, rec.key)] = partitioner(rec.key, parts, parts)
+        where = (to, partition)
         for _ in range(2):
-            batch = open_batches.get(partition)
+            batch = open_batches.get(where)
             if batch is None:
-                batch = open_batches[partition] = [producer.create_batch(), 0, time.monotonic()]
+                batch = open_batches[where] = [producer.create_batch(), 0, time.monotonic()]
             if (
                 batch[0].append(
                     key=rec.key, value=rec.value, timestamp=None, headers=list(rec.headers)
@@ -174,7 +197,7 @@ async def _send_all(
             ):
                 batch[1] += 1
                 break
-            await ship(partition)  # full: the record opens the next batch
+            await ship(where)  # full: the record opens the next batch
     for rest in list(open_batches):
         await ship(rest)
     return shipped

@@ -1,104 +1,112 @@
 """The ground-truth manifest: what a correct pipeline must conclude from the delivered records.
 
-Computed only from the records (in delivery order) and the config, with these rules:
-"applied" events are valid, first-seen by ``eventId`` and by ``(runId, seq)``, and not
-after the run's terminal (the terminal with the lowest seq). Valid events with a higher
-seq than the terminal are quarantined: ``conflicting_terminal`` when terminal-typed,
-``post_terminal`` otherwise (counted by distinct ``eventId``). DLQ reasons: a value
-larger than ``max_event_bytes`` is ``oversized``; one that is not UTF-8, not JSON or not
-a JSON object is ``unparsable``; any other invalid envelope is ``contract_violation``
-(the codes of ``schemas.ContractViolation``).
+Computed only from the records and the config, never from pipeline code, so it can judge
+the pipeline. It is a function of the SET of records, not of their order.
+
+- DLQ: a value larger than ``max_event_bytes`` is ``oversized``; one that is not UTF-8,
+  not JSON or not a JSON object is ``unparsable``; any other invalid envelope is
+  ``contract_violation`` (the codes of ``schemas.ContractViolation``).
+- Duplicates: a valid record whose ``eventId`` was seen before changes nothing.
+- Runs: the rules of ``_truth`` (ownership, one holder per seq, one terminal, one reported
+  usage per turn attempt) decide which events are quarantined and which are accepted.
+- Event time: the watermark is the latest ``ts`` of any valid record, but never beyond the
+  pipeline clock (``processing_clock``, default the last agent record's delivery) plus
+  ``max_clock_skew_seconds``. A run without a terminal is ``incomplete`` when its last
+  accepted event is older than the watermark minus ``stale_after_seconds``; a run with any
+  event stamped beyond clock plus skew is flagged ``clock_skew``.
+- Billing and estimates: see ``_billing``; the usage mismatch check runs only when a run
+  has both a ``run_total`` and a ``provider_turn`` row.
+- Alerts: see ``_expected_alerts``; channel operations: see ``_channel_truth``.
 """
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from datetime import UTC
-from decimal import Decimal
 from typing import Any
 
+from ._billing import UsageTotals
 from ._builder import format_ts
+from ._channel_truth import channel_truth
 from ._chaos import FleetRecord
 from ._config import FleetConfig
+from ._expected_alerts import LimitDeath, exhaustion_alerts
+from ._truth import QUARANTINE_REASONS, RunTruth, judge_run, ts_ms
 
-__all__ = ["MANIFEST_VERSION", "compute_manifest"]
+__all__ = ["MANIFEST_VERSION", "compute_manifest", "processing_clock_ms"]
 
-MANIFEST_VERSION = 1
-TERMINAL_TYPES = frozenset({"agent_finished", "agent_denied", "error"})
+MANIFEST_VERSION = 2
 _TOKENS = ("inputTokens", "outputTokens", "totalTokens")
 
 
-class _Run:
-    __slots__ = ("accepted", "delivered_seqs", "first")
+def compute_manifest(
+    records: Sequence[FleetRecord], config: FleetConfig, injected: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The manifest dict (see the module docstring and ``runtime.simulator`` for its shape).
 
-    def __init__(self, first: dict[str, Any]) -> None:
-        self.first = first
-        self.accepted: list[tuple[int, dict[str, Any]]] = []
-        self.delivered_seqs: set[int] = set()
-
-
-def compute_manifest(records: Sequence[FleetRecord], config: FleetConfig) -> dict[str, Any]:
-    """The manifest dict (see the module docstring and ``runtime.simulator`` for its shape)."""
+    ``injected`` (what the generator says it did, e.g. which runs are hostile) is recorded
+    as given under ``injected``; no figure is derived from it.
+    """
     dlq: Counter[str] = Counter()
-    seen_ids: set[str] = set()
-    seen_keys: set[tuple[str, int]] = set()
-    runs: dict[str, _Run] = {}
-    valid = duplicates = 0
-    watermark: int | None = None
+    seen: set[str] = set()
+    runs: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    channel: list[dict[str, Any]] = []
+    valid = duplicates = channel_duplicates = 0
     for rec in records:
         if rec.kind != "valid":
             dlq[rec.kind] += 1
             continue
         ev = rec.event
         assert ev is not None
-        valid += 1
-        watermark = rec.ts_ms if watermark is None else max(watermark, rec.ts_ms)
-        run_id, seq = ev["runId"], int(ev["seq"])
-        run = runs.get(run_id)
-        if run is None:
-            run = runs[run_id] = _Run(ev)
-        run.delivered_seqs.add(seq)
-        if ev["eventId"] in seen_ids or (run_id, seq) in seen_keys:
-            duplicates += 1
+        if ev["eventId"] in seen:
+            if rec.family == "channel":
+                channel_duplicates += 1
+            else:
+                valid += 1
+                duplicates += 1
             continue
-        seen_ids.add(ev["eventId"])
-        seen_keys.add((run_id, seq))
-        run.accepted.append((rec.ts_ms, ev))
+        seen.add(ev["eventId"])
+        if rec.family == "channel":
+            channel.append(ev)
+        else:
+            valid += 1
+            runs[ev["runId"]].append(ev)
 
-    quarantine: Counter[str] = Counter()
-    usage = _UsageTotals()
-    run_rows: dict[str, Any] = {}
-    applied_events = 0
+    clock_ms = processing_clock_ms(records, config)
+    limit_ms = clock_ms + int(config.max_clock_skew_seconds * 1000)
+    # An event stamped beyond the clock plus the skew moves no watermark at all (rule 14).
+    watermark = max(
+        (t for evs in (*runs.values(), channel) for ev in evs if (t := ts_ms(ev)) <= limit_ms),
+        default=None,
+    )
     stale_before = (watermark or 0) - int(config.stale_after_seconds * 1000)
-    for run_id, run in runs.items():
-        terms = [ev for _, ev in run.accepted if ev["type"] in TERMINAL_TYPES]
-        terminal = min(terms, key=lambda ev: int(ev["seq"])) if terms else None
-        applied = run.accepted
-        if terminal is not None:
-            tseq = int(terminal["seq"])
-            applied = [(ms, ev) for ms, ev in run.accepted if int(ev["seq"]) <= tseq]
-            for _, ev in run.accepted:
-                if int(ev["seq"]) > tseq:
-                    reason = (
-                        "conflicting_terminal" if ev["type"] in TERMINAL_TYPES else "post_terminal"
-                    )
-                    quarantine[reason] += 1
-        run_rows[run_id] = _run_row(run, applied, terminal, stale_before)
-        applied_events += len(applied)
-        usage.add_run(applied)
 
+    quarantined: dict[str, str] = {}
+    usage = UsageTotals()
+    run_rows: dict[str, Any] = {}
+    deaths: list[LimitDeath] = []
+    guardrails: Counter[tuple[str, str]] = Counter()
+    applied_events = 0
+    for run_id, events in runs.items():
+        truth = judge_run(run_id, events)
+        quarantined.update(truth.quarantined)
+        row = _run_row(truth, stale_before, limit_ms)
+        run_rows[run_id] = row
+        applied_events += len(truth.accepted)
+        usage.add_run(truth.owner, truth.accepted)
+        for ev in truth.accepted:
+            if ev["type"] == "guardrail_denied":
+                guardrails[(ev["data"]["rule"], ev["data"]["stage"])] += 1
+        death = _limit_death(truth, row)
+        if death is not None and death[3] <= limit_ms:
+            deaths.append(death)
+
+    reasons = Counter(quarantined.values())
+    statuses = Counter(row["status"] for row in run_rows.values())
     return {
         "version": MANIFEST_VERSION,
-        "params": {
-            "seed": config.seed,
-            "runs": config.runs,
-            "knobs": config.knobs(),
-            "stale_after_seconds": config.stale_after_seconds,
-            "max_event_bytes": config.max_event_bytes,
-            "start": config.resolved_start.astimezone(UTC).isoformat(),
-            "clock": config.clock,
-        },
+        "params": _params(config, clock_ms),
         "watermark": format_ts(watermark) if watermark is not None else None,
         "counts": {
             "records": len(records),
@@ -106,25 +114,94 @@ def compute_manifest(records: Sequence[FleetRecord], config: FleetConfig) -> dic
             "duplicates": duplicates,
             "unique_events": valid - duplicates,
             "applied_events": applied_events,
+            "quarantined_events": len(quarantined),
         },
+        "runs_by_status": dict(sorted(statuses.items())),
         "runs": run_rows,
         "tenants": usage.tenants(run_rows),
         "by_model": usage.by_model(),
+        "estimates": {"by_confidence": usage.by_confidence()},
         "dlq": {k: dlq.get(k, 0) for k in ("unparsable", "contract_violation", "oversized")},
-        "quarantine": {k: quarantine.get(k, 0) for k in ("post_terminal", "conflicting_terminal")},
+        "quarantine": {k: reasons.get(k, 0) for k in QUARANTINE_REASONS},
+        "quarantined_events": dict(sorted(quarantined.items())),
+        "guardrails": _guardrails(guardrails),
+        "alerts": {
+            "run_limit_exhaustion": exhaustion_alerts(
+                deaths, int(config.alert_window_seconds * 1000), config.alert_threshold
+            ),
+            "stale_run": sorted(r for r, row in run_rows.items() if row["status"] == "incomplete"),
+        },
+        "channels": (
+            channel_truth(
+                channel,
+                channel_duplicates,
+                watermark or 0,
+                int(config.channel_stuck_seconds * 1000),
+            )
+            if config.channel_operations
+            else None
+        ),
+        "injected": injected or {},
     }
 
 
-def _run_row(
-    run: _Run,
-    applied: list[tuple[int, dict[str, Any]]],
-    terminal: dict[str, Any] | None,
-    stale_before: int,
-) -> dict[str, Any]:
-    first = run.first
-    model = first.get("model") or {}
-    parent = first.get("parent") or {}
-    status, stop_reason, failure_class = _status(applied, terminal, stale_before)
+def processing_clock_ms(records: Sequence[FleetRecord], config: FleetConfig) -> int:
+    """The pipeline clock in epoch ms: ``processing_clock``, or the last agent-record delivery."""
+    if config.processing_clock is not None:
+        return int(config.processing_clock.timestamp() * 1000)
+    return max((rec.ts_ms for rec in records if rec.family == "agent"), default=0)
+
+
+def _params(config: FleetConfig, clock_ms: int) -> dict[str, Any]:
+    return {
+        "seed": config.seed,
+        "runs": config.runs,
+        "knobs": config.knobs(),
+        "stale_after_seconds": config.stale_after_seconds,
+        "max_event_bytes": config.max_event_bytes,
+        "start": config.resolved_start.astimezone(UTC).isoformat(),
+        "clock": config.clock,
+        "processing_clock": format_ts(clock_ms),
+        "max_clock_skew_seconds": config.max_clock_skew_seconds,
+        "partitions": config.partitions,
+        "alert_window_seconds": config.alert_window_seconds,
+        "alert_threshold": config.alert_threshold,
+        "channel_stuck_seconds": config.channel_stuck_seconds,
+    }
+
+
+def _guardrails(counts: Counter[tuple[str, str]]) -> dict[str, Any]:
+    by_rule: Counter[str] = Counter()
+    by_pack: Counter[str] = Counter()
+    by_stage: Counter[str] = Counter()
+    for (rule, stage), n in counts.items():
+        by_rule[rule] += n
+        by_pack[rule.removeprefix("pack:").split("/", 1)[0]] += n
+        by_stage[stage] += n
+    return {
+        "denials": sum(counts.values()),
+        "by_pack": dict(sorted(by_pack.items())),
+        "by_rule": dict(sorted(by_rule.items())),
+        "by_stage": dict(sorted(by_stage.items())),
+    }
+
+
+def _limit_death(truth: RunTruth, row: dict[str, Any]) -> LimitDeath | None:
+    terminal = truth.terminal
+    if terminal is None or terminal["type"] != "error" or row["exhaustion"] is None:
+        return None
+    limit = row["exhaustion"]["limit"]
+    if limit is None:
+        return None
+    return (truth.owner or "", str(limit), truth.run_id, ts_ms(terminal))
+
+
+def _run_row(truth: RunTruth, stale_before: int, limit_ms: int) -> dict[str, Any]:
+    accepted = truth.accepted
+    terminal = truth.terminal
+    model = truth.first_with("model") or {}
+    parent = truth.first_with("parent") or {}
+    status, stop_reason, failure_class = _status(truth, stale_before)
     model_turns: set[int] = set()
     det_turns: set[int] = set()
     cache_read = cache_input = 0
@@ -134,7 +211,8 @@ def _run_row(
     provider_rows: dict[tuple[int, int], dict[str, Any]] = {}
     estimates: dict[tuple[int, int], dict[str, Any]] = {}
     run_total: dict[str, Any] | None = None
-    for _, ev in applied:
+    guardrail_denials = 0
+    for ev in accepted:
         type_, data = ev["type"], ev["data"]
         if type_ == "provider_turn_finished":
             model_turns.add(int(data["turn"]))
@@ -149,6 +227,8 @@ def _run_row(
             limit = data
         elif type_ == "budget_exhausted":
             exhausted = data
+        elif type_ == "guardrail_denied":
+            guardrail_denials += 1
         elif type_ == "usage_recorded":
             row = data["usage"]
             if data["scope"] == "run_total":
@@ -168,18 +248,17 @@ def _run_row(
     if cache_seen and cache_input > 0:
         hit_rate = round(cache_read / cache_input, 6)
     mismatch = False
-    if run_total is not None:
+    if run_total is not None and (provider_rows or estimates):
         effective = {**estimates, **provider_rows}
         for name in _TOKENS:
             if name in run_total:
                 expected = sum(int(row.get(name, 0)) for row in effective.values())
                 mismatch = mismatch or int(run_total[name]) != expected
-    if terminal is not None:
-        upper = int(terminal["seq"])
-    else:
-        upper = max(int(ev["seq"]) for _, ev in applied)
+    upper = int(terminal["seq"]) if terminal is not None else max(int(e["seq"]) for e in accepted)
     return {
-        "tenant_id": first.get("tenantId"),
+        "tenant_id": truth.owner,
+        "account_id": truth.account_id,
+        "user_id": truth.user_id,
         "provider": model.get("provider"),
         "model": model.get("model"),
         "parent_run_id": parent.get("runId"),
@@ -191,15 +270,17 @@ def _run_row(
         "deterministic_turns": len(det_turns),
         "cache_hit_rate": hit_rate,
         "exhaustion": exhaustion,
-        "missing_seqs": [s for s in range(upper) if s not in run.delivered_seqs],
+        "missing_seqs": [s for s in range(upper) if s not in truth.held_seqs],
         "usage_mismatch": mismatch,
-        "last_event_at": format_ts(max(ms for ms, _ in applied)),
+        "clock_skew": truth.max_event_ms > limit_ms,
+        "guardrail_denials": guardrail_denials,
+        "quarantined_events": len(truth.quarantined),
+        "last_event_at": format_ts(truth.last_accepted_ms),
     }
 
 
-def _status(
-    applied: list[tuple[int, dict[str, Any]]], terminal: dict[str, Any] | None, stale_before: int
-) -> tuple[str, str | None, str | None]:
+def _status(truth: RunTruth, stale_before: int) -> tuple[str, str | None, str | None]:
+    terminal = truth.terminal
     if terminal is not None:
         data = terminal["data"]
         if terminal["type"] == "agent_finished":
@@ -208,10 +289,10 @@ def _status(
             return "denied", None, None
         failure_class = (data.get("error") or {}).get("failureClass")
         return ("aborted" if data.get("aborted") is True else "failed"), None, failure_class
-    if max(ms for ms, _ in applied) < stale_before:
+    if truth.last_accepted_ms < stale_before:
         return "incomplete", None, None
     suspended = resumed = -1
-    for _, ev in applied:
+    for ev in truth.accepted:
         if ev["type"] == "run_suspended":
             suspended = max(suspended, int(ev["seq"]))
         elif ev["type"] == "run_resumed":
@@ -225,124 +306,3 @@ def _turn_cache(data: dict[str, Any]) -> tuple[int | None, int | None]:
     read = cache.get("cacheReadTokens", usage.get("cacheReadTokens"))
     inp = usage.get("inputTokens", (data.get("budgets") or {}).get("inputTokens"))
     return read, inp
-
-
-class _UsageTotals:
-    """Billable (reported provider_turn rows) and estimated (unsuperseded estimates) totals."""
-
-    def __init__(self) -> None:
-        self._groups: dict[tuple[str, str, str, str | None], dict[str, Any]] = {}
-
-    def _group(self, ev: dict[str, Any], currency: str | None) -> dict[str, Any]:
-        model = ev.get("model") or {}
-        key = (
-            ev.get("tenantId") or "",
-            model.get("provider") or "",
-            model.get("model") or "",
-            currency,
-        )
-        group = self._groups.get(key)
-        if group is None:
-            group = self._groups[key] = _empty_figures()
-        return group
-
-    def add_run(self, applied: list[tuple[int, dict[str, Any]]]) -> None:
-        reported: set[tuple[int, int]] = set()
-        estimates: list[tuple[tuple[int, int], dict[str, Any]]] = []
-        for _, ev in applied:
-            data = ev["data"]
-            if ev["type"] != "usage_recorded" or data["scope"] != "provider_turn":
-                continue
-            row = data["usage"]
-            key = (int(data["turn"]), int(data["attempt"]))
-            if row.get("estimated") is True:
-                estimates.append((key, ev))
-                continue
-            reported.add(key)
-            bill = self._group(ev, row.get("currency"))["billable"]
-            bill["input_tokens"] += int(row.get("inputTokens", 0))
-            bill["output_tokens"] += int(row.get("outputTokens", 0))
-            bill["total_tokens"] += int(row.get("totalTokens", 0))
-            bill["cache_read_tokens"] += int(row.get("cacheReadTokens", 0))
-            bill["cache_write_tokens"] += int(row.get("cacheWriteTokens", 0))
-            bill["rows"] += 1
-            if row.get("cost") is not None and row.get("currency"):
-                cost = bill["cost"]
-                cost[row["currency"]] = cost.get(row["currency"], Decimal(0)) + Decimal(
-                    str(row["cost"])
-                )
-        for key, ev in estimates:
-            if key in reported:
-                continue
-            row = ev["data"]["usage"]
-            est = self._group(ev, None)["estimated"]
-            est["input_tokens"] += int(row.get("inputTokens", 0))
-            est["output_tokens"] += int(row.get("outputTokens", 0))
-            est["total_tokens"] += int(row.get("totalTokens", 0))
-            est["rows"] += 1
-            conf = row.get("confidence") or "low"
-            est["by_confidence"][conf] = est["by_confidence"].get(conf, 0) + int(
-                row.get("totalTokens", 0)
-            )
-
-    def by_model(self) -> list[dict[str, Any]]:
-        out = []
-        for (tenant, provider, model, currency), figures in sorted(
-            self._groups.items(), key=lambda kv: (*kv[0][:3], kv[0][3] or "")
-        ):
-            out.append(
-                {
-                    "tenant_id": tenant,
-                    "provider": provider,
-                    "model": model,
-                    "currency": currency,
-                    **_render(figures),
-                }
-            )
-        return out
-
-    def tenants(self, run_rows: dict[str, Any]) -> dict[str, Any]:
-        merged: dict[str, dict[str, Any]] = {
-            str(r["tenant_id"]): _empty_figures() for r in run_rows.values() if r["tenant_id"]
-        }
-        for (tenant, _, _, _), figures in self._groups.items():
-            target = merged.setdefault(tenant, _empty_figures())
-            for block in ("billable", "estimated"):
-                for name, value in figures[block].items():
-                    if isinstance(value, dict):
-                        for k, v in value.items():
-                            target[block][name][k] = target[block][name].get(k, 0) + v
-                    else:
-                        target[block][name] += value
-        return {tenant: _render(merged[tenant]) for tenant in sorted(merged)}
-
-
-def _empty_figures() -> dict[str, Any]:
-    return {
-        "billable": {
-            "input_tokens": 0,
-            "output_tokens": 0,
-            "total_tokens": 0,
-            "cache_read_tokens": 0,
-            "cache_write_tokens": 0,
-            "rows": 0,
-            "cost": {},
-        },
-        "estimated": {
-            "input_tokens": 0,
-            "output_tokens": 0,
-            "total_tokens": 0,
-            "rows": 0,
-            "by_confidence": {"medium": 0, "low": 0},
-        },
-    }
-
-
-def _render(figures: dict[str, Any]) -> dict[str, Any]:
-    billable = dict(figures["billable"])
-    billable["cost"] = {
-        cur: format(amount, "f") for cur, amount in sorted(billable["cost"].items())
-    }
-    estimated = dict(figures["estimated"])
-    estimated["by_confidence"] = dict(estimated["by_confidence"])
-    return {"billable": billable, "estimated": estimated}

@@ -6,7 +6,7 @@ import random
 from functools import lru_cache
 from typing import Any
 
-from . import _endings
+from . import _endings, _guardrails
 from ._builder import RunBuilder, hex_id, uuid7
 from ._catalog import MIDDLEWARE, ModelSpec, digest_of
 from ._scenarios import RunPlan
@@ -74,6 +74,7 @@ class RunGen:
         self.budgets: list[dict[str, Any]] = []
         self.tools = [x for x in a.tools if x != "delegate" or plan.delegation]
         self.call_hashes: list[str] = []
+        self.guardrails_left = plan.guardrails
         self.limits = self._limits()
 
     @property
@@ -285,6 +286,8 @@ class RunGen:
         rng = self.rng
         usable = [x for x in self.tools if x != "delegate"] or ["kb.lookup"]
         calls = [tool] if tool else [rng.choice(usable) for _ in range(rng.choice((1, 1, 1, 2, 3)))]
+        while self.guardrails_left > 0 and tool is None:
+            _guardrails.deny_at_tool_round(self, rng.choice(usable))
         all_ok = True
         for n, name in enumerate(calls):
             duration = int(rng.triangular(15, 4_000, 150))

@@ -12,7 +12,15 @@ from typing import Any
 
 from ._catalog import AGENTS, MODELS, TENANTS, AgentSpec, ModelSpec, TenantSpec
 
-__all__ = ["COVERAGE_MIN_RUNS", "FAILURE_CLASSES", "LIMIT_AXES", "RunPlan", "draw_plans"]
+__all__ = [
+    "BURST_AXIS",
+    "COVERAGE_MIN_RUNS",
+    "FAILURE_CLASSES",
+    "LIMIT_AXES",
+    "RunPlan",
+    "burst_plans",
+    "draw_plans",
+]
 
 COVERAGE_MIN_RUNS = 200
 LIMIT_AXES = ("maxTurns", "maxInputTokens", "maxWallMs", "maxCost")
@@ -59,6 +67,8 @@ class RunPlan:
     delegation: str | None = None  # None | "milestone" | "failed"
     capped: bool = False
     coalesced: bool = False
+    guardrails: int = 0  # guardrail denials at tool rounds (knob guardrail_denials)
+    burst: bool = False  # part of a limit-death burst (knob limit_death_burst)
     child: RunPlan | None = None
 
     @property
@@ -158,6 +168,18 @@ def _forced() -> list[dict[str, Any]]:
     fixed += [dict(outcome="limit_death", detail=axis, turns=3) for axis in LIMIT_AXES]
     fixed += [dict(outcome="provider_error", detail=fc, turns=1) for fc in FAILURE_CLASSES]
     return fixed
+
+
+BURST_AXIS = "maxTurns"
+
+
+def burst_plans(n: int) -> list[RunPlan]:
+    """``n`` one-turn runs of the first tenant that all die on ``maxTurns`` (an alert burst)."""
+    return [
+        RunPlan(TENANTS[0], MODELS[1], AGENTS[4], "limit_death", detail=BURST_AXIS, turns=1,
+                burst=True)
+        for _ in range(n)
+    ]  # fmt: skip
 
 
 def draw_plans(rng: random.Random, runs: int) -> list[RunPlan]:

@@ -31,6 +31,7 @@ from prism.dashboards import (
     run_explorer,
     sre_overview,
 )
+from prism.pipeline._store import LedgerStore
 from prism.pipeline.ingest import ingest_lines
 from prism.runtime.simulator import Fleet, FleetConfig, simulate
 from prism.sinks import LedgerWriter, migrate
@@ -75,8 +76,8 @@ def ledger(ch_client: Any) -> Iterator[Ledger]:
         ingest_lines(
             (record.value for record in fleet.records),
             source="file:fleet.jsonl",
-            sink=LedgerWriter(ch_client, database),
-            received_at=start + timedelta(hours=3, minutes=15),
+            store=LedgerStore(LedgerWriter(ch_client, database)),
+            clock=lambda: (start + timedelta(hours=3, minutes=15)).timestamp(),
             max_event_bytes=FLEET.max_event_bytes,
         )
         found = ch_client.query(

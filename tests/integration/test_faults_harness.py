@@ -184,7 +184,8 @@ class LedgerReport:
 
 
 _REPORT = """
-import pickle, sys, sinks
+import pickle, sys
+from prism import sinks
 from tests.fixtures.oracle import client_query, snapshot
 from tests.fixtures.ledger_compare import ledger_contents
 dsn, topic, out = sys.argv[1:4]

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from prism.pipeline._store import LedgerStore
 from prism.pipeline.ingest import ingest_lines
 from prism.runtime.simulator import FleetConfig, simulate
 from prism.sinks import LedgerWriter, billing_report, migrate
@@ -55,7 +56,7 @@ def test_billing_on_a_simulated_fleet_equals_the_manifest(ch_client: Any, ch_dat
     )  # fmt: skip
     migrate(ch_client, ch_database)
     writer = LedgerWriter(ch_client, ch_database)
-    ingest_lines((r.value for r in fleet.records), source="file:fleet", sink=writer,
+    ingest_lines((r.value for r in fleet.records), source="file:fleet", store=LedgerStore(writer),
                  batch_size=500)  # fmt: skip
     lines = billing_report(
         ch_client, ch_database, datetime(2000, 1, 1, tzinfo=UTC), datetime(2100, 1, 1, tzinfo=UTC)

@@ -20,7 +20,7 @@ from prism.sinks import (
     migrate,
     run_timeline,
 )
-from prism.sinks.testing import cache_minute_row, event_row, run_row, turn_row, usage_row
+from prism.sinks.testing import event_row, run_row, turn_row, usage_row
 
 pytestmark = pytest.mark.integration
 
@@ -133,24 +133,21 @@ def test_the_documented_billing_sql_matches_the_report(ch_client: Any, ledger: s
     ] == [_line(x) for x in report]
 
 
-def test_cache_hits_sum_partitions_and_weight_by_tokens(ch_client: Any, ledger: str) -> None:
+def test_cache_hits_weight_by_tokens_over_current_turns(ch_client: Any, ledger: str) -> None:
     minute = datetime(2025, 1, 15, 12, 1, tzinfo=UTC)
     later = minute + timedelta(minutes=1)
     rows = [
-        cache_minute_row(0, minute=minute, turns=2, turns_reporting_cache=1,
-                         turns_not_reporting_cache=1, input_tokens=300,
-                         input_tokens_reporting_cache=100, cache_read_tokens=90, version=2),
-        cache_minute_row(1, minute=minute, turns=1, input_tokens=900,
-                         input_tokens_reporting_cache=900, cache_read_tokens=90, version=1),
-        cache_minute_row(0, minute=later, turns=1, turns_reporting_cache=0,
-                         turns_not_reporting_cache=1, input_tokens=40,
-                         input_tokens_reporting_cache=0, cache_read_tokens=0, version=1),
+        turn_row("r1", 1, ts=minute, input_tokens=100, cache_read_tokens=90),
+        turn_row("r1", 2, ts=minute + timedelta(seconds=5), input_tokens=200),
+        turn_row("r2", 1, ts=minute + timedelta(seconds=9), input_tokens=900,
+                 cache_read_tokens=90),
+        turn_row("r2", 2, ts=later, input_tokens=40),
+        # a post-terminal turn written, then retracted: it leaves the aggregate
+        turn_row("r3", 1, ts=minute, input_tokens=5000, cache_read_tokens=5000),
     ]  # fmt: skip
-    stale = cache_minute_row(1, minute=minute, turns=0, turns_reporting_cache=0,
-                             input_tokens=0, input_tokens_reporting_cache=0,
-                             cache_read_tokens=0, version=0)  # fmt: skip
-    _write(ch_client, ledger, LedgerBatch(cache_minutes=rows))
-    _write(ch_client, ledger, LedgerBatch(cache_minutes=[stale]), first=10)
+    _write(ch_client, ledger, LedgerBatch(turns=rows))
+    gone = turn_row("r3", 1, ts=minute, version=2, retracted=True)
+    _write(ch_client, ledger, LedgerBatch(turns=[gone]), first=10)
     got = ch_client.query(
         f"SELECT minute, turns, turns_reporting_cache, turns_not_reporting_cache, input_tokens, "
         f"cache_read_tokens, cache_hit_rate FROM {ledger}.cache_hits_1m ORDER BY minute"

@@ -51,8 +51,10 @@ RUNS_COLUMNS = [
     "exhaustion_maximum",
     "exhaustion_observed",
     "exhaustion_axis",
-    "missing_seqs",
+    "missing_ranges",
+    "missing_count",
     "usage_mismatch",
+    "clock_skew",
 ]
 USAGE_COLUMNS = [
     "event_id",
@@ -230,14 +232,16 @@ def test_runs_view_returns_the_highest_version(ch_client: Any, ch_database: str)
     # versions written out of order, in separate inserts, the last one a month later
     _write(ch_client, ch_database, LedgerBatch(runs=[run_row("r1", version=2, status="running",
            last_event_at=t0, closed=False)]), first=0)  # fmt: skip
+    gaps = {"missing_ranges": [(2, 2), (5, 5)], "missing_count": 2}
     _write(ch_client, ch_database, LedgerBatch(runs=[run_row("r1", version=3, status="failed",
-           last_event_at=t0 + timedelta(minutes=5), missing_seqs=[2, 5])]), first=10)  # fmt: skip
+           last_event_at=t0 + timedelta(minutes=5), **gaps)]), first=10)  # fmt: skip
     _write(ch_client, ch_database, LedgerBatch(runs=[run_row("r1", version=1, status="running",
            last_event_at=t0)]), first=20)  # fmt: skip
     rows = ch_client.query(
-        f"SELECT run_id, status, version, missing_seqs, closed FROM {ch_database}.runs"
+        "SELECT run_id, status, version, missing_ranges, missing_count, closed "
+        f"FROM {ch_database}.runs"
     ).result_rows
-    assert rows == [("r1", "failed", 3, [2, 5], True)]
+    assert rows == [("r1", "failed", 3, [(2, 2), (5, 5)], 2, True)]
     stored = ch_client.query(f"SELECT count() FROM {ch_database}.runs_store").result_rows[0][0]
     assert stored == 3  # the versions are all stored; the view shows the current one
 
@@ -252,3 +256,22 @@ def test_connect_reuses_the_engine_of_this_process(
     with pytest.raises(LedgerConfigError, match="one engine per process") as info:
         sinks.connect(f"chdb://{tmp_path}/other", ch_database)
     assert str(chdb_path) in str(info.value) and "other" in str(info.value)
+
+
+def test_storage_columns_are_the_ledger_row_fields_in_order(
+    ch_client: Any, ch_database: str
+) -> None:
+    """After every migration, each storage table's columns are its row class's fields."""
+    from prism.sinks import STORAGE_TABLES
+
+    migrate(ch_client, ch_database)
+    for table, row_class in STORAGE_TABLES.values():
+        names = [
+            str(r[0])
+            for r in ch_client.query(
+                "SELECT name FROM system.columns WHERE database = {db:String} "
+                "AND table = {t:String} ORDER BY position",
+                parameters={"db": ch_database, "t": table},
+            ).result_rows
+        ]
+        assert tuple(names) == columns_of(row_class), table

@@ -16,7 +16,6 @@ from prism.sinks import LedgerWriteError, LedgerWriter, SourceRange, migrate
 from prism.sinks.testing import (
     FailingInserts,
     alert_row,
-    cache_minute_row,
     dead_letter_row,
     event_row,
     quarantine_row,
@@ -44,7 +43,6 @@ def _full_batch(tag: str = "") -> LedgerBatch:
         turns=[turn_row(f"r{tag}", 1), turn_row(f"r{tag}", 2)],
         usage=[usage_row(f"u{tag}1", f"r{tag}"), usage_row(f"u{tag}2", f"r{tag}", turn=2)],
         events=[event_row(f"e{tag}{i}", f"r{tag}", i) for i in range(4)],
-        cache_minutes=[cache_minute_row(0)],
         quarantine=[quarantine_row(f"q{tag}", f"r{tag}")],
         dead_letters=[dead_letter_row(7)],
         alerts=[alert_row(f"a{tag}")],
@@ -55,7 +53,7 @@ def test_every_table_is_written(ch_client: Any, ledger: str) -> None:
     writer = LedgerWriter(ch_client, ledger)
     writer.add(_full_batch(), SourceRange("prism.agent-events", 0, 0, 12))
     result = writer.flush()
-    assert result.total == 13
+    assert result.total == 12
     expected = {
         "runs": 1, "turns": 2, "usage": 2, "run_events": 4, "cache_hits_1m": 1,
         "quarantine": 1, "dead_letters": 1, "alerts": 1,

@@ -201,3 +201,32 @@ async def test_a_fleet_comes_back_exactly_in_per_run_seq_order_with_traceparent(
     assert {run.run_id for run in runs} == set(by_run)
     for run, steps in runs.items():
         assert by_run[run.run_id] == list(range(len(steps))), run.run_id
+
+
+async def test_channel_operations_reach_their_own_topic_keyed_by_operation(
+    kafka_bootstrap: str, topic_prefix: str
+) -> None:
+    topic = f"{topic_prefix}.agent-events"
+    pub = EventPublisher(kafka_bootstrap, topic=topic, raise_errors=True)
+    assert pub.channel_topic == f"{topic_prefix}.channel-operations"
+    run = pub.run("run-ch", tenant_id="acme")
+    run.emit("agent_started", {})
+    run.guardrail_denied("pack:destructive-commands/no-force-push", "before_tool", turn=1)
+    sent = []
+    for n in range(3):
+        op = pub.channel("telegram:support", f"op-{n}", tenant_id="acme", run_id="run-ch")
+        for state in ("admitted", "executing", "delivery_unknown" if n == 1 else "delivered"):
+            sent.append(dict(op.emit(state).event))
+    sent.append(dict(pub.deny("telegram:support", "capacity", tenant_id="acme").event))
+    assert await pub.close(timeout=30) is True
+
+    channel = await consume(kafka_bootstrap, pub.channel_topic, len(sent))
+    agent = await consume(kafka_bootstrap, topic, 2)
+    assert [orjson.loads(r.value)["type"] for r in agent] == ["agent_started", "guardrail_denied"]
+    got = [orjson.loads(r.value) for r in channel]
+    assert sorted(got, key=lambda e: e["eventId"]) == sorted(sent, key=lambda e: e["eventId"])
+    by_key: dict[bytes, list[tuple[int, str]]] = defaultdict(list)
+    for record, event in zip(channel, got, strict=True):
+        by_key[record.key].append((event["seq"], event["state"]))
+    assert by_key[b"op-1"] == [(0, "admitted"), (1, "executing"), (2, "delivery_unknown")]
+    assert by_key[b"telegram:support"] == [(0, "denied")]

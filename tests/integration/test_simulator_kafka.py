@@ -116,3 +116,32 @@ async def test_unreachable_broker_is_a_clear_error() -> None:
     fleet = simulate(FleetConfig(runs=1, seed=1))
     with pytest.raises(SimulatorPublishError, match=r"127\.0\.0\.1:9"):
         await publish_to_kafka(fleet, "127.0.0.1:9", "t", progress=False, request_timeout_ms=2000)
+
+
+@pytest.mark.timeout(120)
+async def test_channel_records_and_the_quiet_partition_reach_the_broker(
+    kafka_bootstrap: str, topic_prefix: str
+) -> None:
+    topic = f"{topic_prefix}.agent-events"
+    channel_topic = f"{topic_prefix}.channel-operations"
+    await _create_topic(kafka_bootstrap, topic, 4)
+    await _create_topic(kafka_bootstrap, channel_topic, 2)
+    fleet = simulate(
+        FleetConfig(runs=60, seed=5, hostile=0.05, channel_operations=40, partitions=4)
+    )
+    result = await publish_to_kafka(fleet, kafka_bootstrap, topic, progress=False)
+    channel = [r for r in fleet.records if r.family == "channel"]
+    assert result.per_topic == {
+        topic: len(fleet.records) - len(channel),
+        channel_topic: len(channel),
+    }
+
+    got_channel = await _read_all(kafka_bootstrap, channel_topic, 2)
+    received = sorted((m.key, m.value) for msgs in got_channel.values() for m in msgs)
+    assert received == sorted((r.key, r.value) for r in channel)
+    got = await _read_all(kafka_bootstrap, topic, 4)
+    quiet = fleet.manifest["injected"]["quiet_partition"]
+    quiet_runs = {r for r, k in fleet.manifest["injected"]["hostile_runs"].items()
+                  if k == "quiet_partition"}  # fmt: skip
+    assert quiet_runs and {m.key.decode() for m in got[quiet]} == quiet_runs
+    assert {fleet.manifest["runs"][r]["status"] for r in quiet_runs} == {"incomplete"}

@@ -19,6 +19,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
+from prism.pipeline._store import LedgerStore
 from prism.pipeline.cli import main
 from prism.pipeline.ingest import ingest_lines
 from prism.pipeline.replay import follow, partition_for
@@ -245,7 +246,9 @@ def test_from_ledger_replays_a_run_in_seq_order(
     lines = [orjson.dumps(run[i]) for i in (2, 0, 1, 1, 6, 5, 3, 4)]
     lines += [orjson.dumps(post_terminal("run-archived", 7))]
     lines += [orjson.dumps(gappy[i]) for i in (0, 1, 3, 4, 5, 6)]
-    ingest_lines(lines, source="file:archive.jsonl", sink=LedgerWriter(ch_client, ch_database))
+    ingest_lines(
+        lines, source="file:archive.jsonl", store=LedgerStore(LedgerWriter(ch_client, ch_database))
+    )
     base = [
         "tail",
         "--from-ledger",

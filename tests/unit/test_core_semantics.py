@@ -8,10 +8,9 @@ import orjson
 import pytest
 
 from prism.pipeline.core import CoreConfig, Processor, RunState
-from tests.fixtures.runs import T0, RunBuilder, deliveries
+from tests.fixtures.runs import NOW, T0, RunBuilder, deliveries
 
 CFG = CoreConfig(grace_period_s=30, stale_after_s=3600, tombstone_retention_s=86400)
-NOW = 0.0  # processing time never advances in these tests: only event time counts
 
 
 def last_run_row(out, run_id="r1"):
@@ -36,7 +35,7 @@ def test_simple_run_closes_once_with_its_record():
         1,
         True,
     )
-    assert row.missing_seqs == [] and row.finish_reason == "stop"
+    assert row.missing_count == 0 and row.finish_reason == "stop"
     assert len(out.closed) == 1 and orjson.loads(out.closed[0].value)["runId"] == "r1"
     assert len(out.ledger.events) == 3
     # A second delivery of the same batch (a crash before the commit) changes nothing.
@@ -55,11 +54,15 @@ def test_restart_from_state_recognises_an_already_applied_batch():
     assert not again.ledger.events and not again.ledger.turns
 
 
-def test_same_seq_with_a_new_event_id_is_a_duplicate():
+def test_same_seq_with_a_new_event_id_changes_nothing_and_is_quarantined():
     b = RunBuilder().started().turn(1)
-    dup = dict(b.events[1], eventId="other-id")
+    dup = dict(b.events[1], eventId="zz-other-id")  # sorts after the original: it loses
     out = Processor(CFG).process(deliveries([*b.events, dup]), NOW)
-    assert out.stats["duplicate"] == 1 and out.stats["applied"] == 2
+    assert out.stats["applied"] == 2 and out.stats["quarantine.duplicate_seq"] == 1
+    assert [(q.event_id, q.reason) for q in out.ledger.quarantine] == [
+        ("zz-other-id", "duplicate_seq")
+    ]
+    assert last_run_row(out).model_turns == 1
 
 
 def test_limit_death_out_of_order_carries_breach_and_attribution():
@@ -71,7 +74,7 @@ def test_limit_death_out_of_order_carries_breach_and_attribution():
     assert not out.closed  # terminal seen, but seq 2 and 3 are missing: wait for them
     out = proc.process(deliveries(shuffled[3:], start_offset=3), NOW)
     row = last_run_row(out)
-    assert row.status == "failed" and row.closed and row.missing_seqs == []
+    assert row.status == "failed" and row.closed and row.missing_count == 0
     assert (row.exhaustion_limit, row.exhaustion_maximum, row.exhaustion_observed) == (
         "maxInputTokens",
         8.0,
@@ -129,20 +132,21 @@ def test_gap_closes_after_grace_with_missing_seqs_then_late_fill_updates_record(
     later = RunBuilder("other", start=T0 + timedelta(seconds=60)).started()
     out = proc.process(deliveries(later.events), NOW)  # watermark passes terminal + grace
     row = last_run_row(out)
-    assert row.closed and row.missing_seqs == [2] and row.status == "succeeded"
+    assert row.closed and row.missing_ranges == [(2, 2)] and row.status == "succeeded"
     assert len(out.closed) == 1
     fill = proc.process(deliveries([b.events[2]]), NOW)  # the gap fills late: applied
     row = last_run_row(fill)
-    assert row.missing_seqs == [] and row.model_turns == 2 and not fill.closed
+    assert row.missing_count == 0 and row.model_turns == 2 and not fill.closed
 
 
 def test_processing_time_grace_closes_a_quiet_partition():
     b = RunBuilder().started().turn(1).turn(2).finished()
     proc = Processor(CFG)
-    proc.process(deliveries([b.events[0], b.events[3]]), now=1000.0)
-    assert not proc.tick(now=1010.0).closed
-    out = proc.tick(now=1031.0)
-    assert len(out.closed) == 1 and last_run_row(out).missing_seqs == [1, 2]
+    proc.process(deliveries([b.events[0], b.events[3]]), now=NOW)
+    assert not proc.tick(now=NOW + 10).closed
+    out = proc.tick(now=NOW + 31)
+    row = last_run_row(out)
+    assert len(out.closed) == 1 and (row.missing_ranges, row.missing_count) == ([(1, 2)], 2)
 
 
 def test_stale_run_is_marked_incomplete_on_event_time_and_alerted():
@@ -279,24 +283,6 @@ def test_unknown_type_is_kept_in_the_raw_log_but_changes_no_state():
     assert last_run_row(out).status == "succeeded"
 
 
-def test_cache_minute_rows_are_full_totals_not_deltas():
-    b = RunBuilder().started()
-    b.turn(1, usage={"inputTokens": 100}, cache={"cacheReadTokens": 40, "cacheWriteTokens": 5})
-    proc = Processor(CFG, partition=3)
-    first = proc.process(deliveries(b.events), NOW).ledger.cache_minutes
-    b.turn(2, usage={"inputTokens": 300})
-    second = proc.process(deliveries(b.events[2:], start_offset=2), NOW).ledger.cache_minutes
-    assert len(first) == len(second) == 1
-    row = second[0]
-    assert (row.turns, row.turns_reporting_cache, row.turns_not_reporting_cache) == (2, 1, 1)
-    assert (row.input_tokens, row.input_tokens_reporting_cache, row.cache_read_tokens) == (
-        400,
-        100,
-        40,
-    )
-    assert row.partition == 3 and row.version == 2 > first[0].version
-
-
 def test_children_link_and_narrowing_appear_on_the_timeline():
     parent = RunBuilder("p").started()
     parent.add("child_milestone", {"delegationId": "d1", "childId": "c1", "childRunId": "child"})
@@ -325,6 +311,9 @@ def test_closed_runs_shrink_to_tombstones_and_expire_after_retention():
     b = RunBuilder().started().turn(1).finished()
     proc = Processor(cfg)
     proc.process(deliveries(b.events), NOW)
+    assert proc.runs["r1"].tombstone is None  # facts stay through the grace period
+    tick = RunBuilder("tick", start=T0 + timedelta(seconds=40)).started()
+    proc.process(deliveries(tick.events), NOW)  # event time passes close + grace
     assert proc.runs["r1"].tombstone and proc.runs["r1"].facts == {}
     # still catches a duplicate and a post-terminal event
     b.turn(2)

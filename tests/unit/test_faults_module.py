@@ -208,7 +208,7 @@ def test_the_worker_installs_faults_only_through_its_hooks(
 
         plan = parse_faults(sys.argv[1])
         hooks = WorkerHooks(insert_hook=plan.insert_hook, wrap_writer=plan.wrap) if plan else None
-        writer = build_worker(load_settings(), hooks).writer
+        writer = build_worker(load_settings(), hooks).store.writer
         hook = getattr(writer, "_writer", writer)._hook
         print(type(writer).__name__, getattr(hook, "__name__", None))
         """

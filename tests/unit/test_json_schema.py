@@ -11,10 +11,15 @@ from jsonschema import Draft202012Validator
 
 from prism.pipeline.cli import main
 from prism.schemas import (
+    CHANNEL_JSON_SCHEMA_ID,
+    CHANNEL_JSON_SCHEMA_PATH,
+    CHANNEL_SCHEMA_ID,
     EVENT_JSON_SCHEMA_ID,
     EVENT_JSON_SCHEMA_PATH,
     SCHEMA_ID,
+    channel_json_schema,
     event_json_schema,
+    render_channel_json_schema,
     render_event_json_schema,
 )
 from tests.fixtures.events import DROP, EVENT_TYPES, make_event
@@ -96,11 +101,41 @@ def test_rejections_explain_themselves(
 def test_cli_export_writes_and_check_detects_staleness(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    out = tmp_path / "nested" / "schema.json"
-    assert main(["schema", "check", "--out", str(out)]) == 1  # missing
-    assert main(["schema", "export", "--out", str(out)]) == 0
-    assert out.read_text(encoding="utf-8") == render_event_json_schema()
-    assert main(["schema", "check", "--out", str(out)]) == 0
-    out.write_text(out.read_text(encoding="utf-8").replace("1..128", "1..64"), encoding="utf-8")
-    assert main(["schema", "check", "--out", str(out)]) == 1
-    assert "stale" in capsys.readouterr().err
+    out = tmp_path / "nested"
+    assert main(["schema", "check", "--dir", str(out)]) == 1  # missing
+    assert main(["schema", "export", "--dir", str(out)]) == 0
+    agent = out / EVENT_JSON_SCHEMA_PATH.name
+    channel = out / CHANNEL_JSON_SCHEMA_PATH.name
+    assert agent.read_text(encoding="utf-8") == render_event_json_schema()
+    assert channel.read_text(encoding="utf-8") == render_channel_json_schema()
+    assert main(["schema", "check", "--dir", str(out)]) == 0
+    capsys.readouterr()
+    channel.write_text(channel.read_text(encoding="utf-8").replace("1..128", "1..64"), "utf-8")
+    assert main(["schema", "check", "--dir", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert f"{channel} is stale" in err and str(agent) not in err
+    assert main(["schema", "check", "--dir", str(out), "--family", "agent-event"]) == 0
+
+
+def test_committed_channel_schema_file_is_up_to_date() -> None:
+    committed = CHANNEL_JSON_SCHEMA_PATH.read_text(encoding="utf-8")
+    assert committed == render_channel_json_schema(), (
+        f"{CHANNEL_JSON_SCHEMA_PATH} is stale: run `prism-pipeline schema export` and commit it"
+    )
+    assert CHANNEL_JSON_SCHEMA_PATH.parent == EVENT_JSON_SCHEMA_PATH.parent
+
+
+def test_channel_schema_is_a_valid_draft_2020_12_schema_with_identity() -> None:
+    schema = channel_json_schema()
+    Draft202012Validator.check_schema(schema)
+    assert schema["$id"] == CHANNEL_JSON_SCHEMA_ID != EVENT_JSON_SCHEMA_ID
+    assert schema["properties"]["schema"]["const"] == CHANNEL_SCHEMA_ID
+    assert set(schema["required"]) == {
+        "schema",
+        "eventId",
+        "seq",
+        "ts",
+        "connectionId",
+        "kind",
+        "state",
+    }

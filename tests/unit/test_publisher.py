@@ -34,10 +34,11 @@ def envelope(run_id: str = "run-1", seq: int = 0, **extra: object) -> dict[str, 
 
 def test_public_names_are_exactly_the_documented_surface() -> None:
     assert set(runtime.__all__) == {
-        "DEFAULT_LINGER_MS", "DEFAULT_MAX_BATCH_SIZE", "DEFAULT_TOPIC", "DeliveryFailed",
-        "EventPublisher", "EventTooLarge", "FullPolicy", "InMemoryPublisher", "InvalidEvent",
-        "PublishResult", "PublisherClosed", "PublisherError", "PublisherStats", "Record",
-        "RunEmitter", "new_event_id", "utc_now_rfc3339",
+        "DEFAULT_CHANNEL_TOPIC", "DEFAULT_LINGER_MS", "DEFAULT_MAX_BATCH_SIZE", "DEFAULT_TOPIC",
+        "ChannelEmitter", "DeliveryFailed", "EventPublisher", "EventTooLarge", "FullPolicy",
+        "InMemoryPublisher", "InvalidEvent", "PublishResult", "PublisherClosed",
+        "PublisherError", "PublisherStats", "Record", "RunEmitter", "channel_topic_for",
+        "new_event_id", "utc_now_rfc3339",
     }  # fmt: skip
     for name in runtime.__all__:
         assert getattr(runtime, name) is not None

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-from typing import Any
 
 import orjson
 import pytest
@@ -12,7 +11,6 @@ from prism.pipeline.ingest import ingest_lines
 from prism.schemas import (
     DEFAULT_DENY,
     DeadLetterRow,
-    LedgerBatch,
     dead_letter_preview,
     deny_list,
     is_denied_key,
@@ -170,23 +168,16 @@ def test_oversized_dead_letters_are_hashed_whole_and_previewed_from_the_start() 
     assert kept.preview == '{"runId": "r1", "content": "***"'
 
 
-class _Capture:
-    def __init__(self) -> None:
-        self.dead: list[DeadLetterRow] = []
-
-    def add(self, batch: LedgerBatch, source_range: Any) -> None:
-        self.dead += batch.dead_letters
-
-    def flush(self) -> Any:
-        return None
-
-
 def test_ingest_stores_the_preview_not_the_bytes() -> None:
     line = orjson.dumps({"runId": "r1", "type": "x", "data": {"prompt": "private words"}})
-    sink = _Capture()
+    dead: list[DeadLetterRow] = []
     key = SECRETS["openai"][0]
-    ingest_lines([b"not json " + key.encode(), line], source="f", sink=sink)
-    first, second = sink.dead
+    ingest_lines(
+        [b"not json " + key.encode(), line],
+        source="f",
+        store=lambda out: dead.extend(out.ledger.dead_letters),
+    )
+    first, second = dead
     assert (first.offset, first.code, first.size) == (1, "unparsable", 9 + len(key))
     assert first.preview == "not json ***"
     assert second.code == "contract_violation"

@@ -233,6 +233,44 @@ def test_parse_batch_restores_the_garbage_collector_state() -> None:
         gc.enable()
 
 
+def _invalid_values() -> list[Any]:
+    """One value per failure path of the parser: fast-path refusals and the slow checks."""
+    return [
+        event_bytes(make_event("provider_turn_finished", turn=0)),  # fast path refuses
+        event_bytes(make_event("agent_thought_logged", envelope={"seq": -1})),  # unknown type
+        b"{not json",
+        b"\xff\xfe{}",
+        b"[1, 2]",
+        b'{"seq": NaN}',
+        None,
+        "text \udcff",
+        bytearray(event_bytes(make_event("usage_recorded", turn=DROP))),
+    ]
+
+
+@pytest.mark.parametrize(
+    "parse", [parse_batch, schemas.parse_any_batch, schemas.parse_channel_batch]
+)
+def test_parsing_invalid_records_creates_no_reference_cycles(parse: Any) -> None:
+    values = _invalid_values() * 20
+    results = parse(values)  # warm up: the first use may build cached validators
+    assert all(isinstance(r, ContractViolation) for r in results)
+    del results
+    gc.collect()
+    gc.disable()
+    try:
+        results = parse(values)
+        assert all(isinstance(r, ContractViolation) for r in results)
+        assert all(r.__traceback__ is None and r.__context__ is None for r in results)
+        del results
+        unreachable = gc.collect()
+    finally:
+        gc.enable()
+    # Before the fix every failure kept its traceback, whose frame held the output list:
+    # one cycle (about a dozen objects) per bad record for the collector to find.
+    assert unreachable == 0
+
+
 @pytest.mark.parametrize("type_", [*EVENT_TYPES, "agent_thought_logged"])
 def test_wire_round_trip(type_: str) -> None:
     overrides: dict[str, Any] = {} if type_ in EVENT_TYPES else {"note": "n"}

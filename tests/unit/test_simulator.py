@@ -91,8 +91,10 @@ def test_without_chaos_every_record_is_valid_unique_and_in_seq_order() -> None:
     assert m["counts"]["records"] == m["counts"]["valid_records"] == m["counts"]["unique_events"]
     assert m["counts"]["duplicates"] == 0
     assert m["dlq"] == {"unparsable": 0, "contract_violation": 0, "oversized": 0}
-    assert m["quarantine"] == {"post_terminal": 0, "conflicting_terminal": 0}
+    assert set(m["quarantine"].values()) == {0} and m["quarantined_events"] == {}
     assert all(run["missing_seqs"] == [] for run in m["runs"].values())
+    assert not any(run["clock_skew"] for run in m["runs"].values())
+    assert m["channels"] is None and m["guardrails"]["denials"] == 0
     last_seq: dict[str, int] = {}
     for ev in fleet.events:
         assert ev["seq"] == last_seq.get(ev["runId"], -1) + 1

@@ -63,6 +63,10 @@ def test_needs_an_output(capsys) -> None:
         (["--rate", "0"], "must be > 0"),
         (["--start", "2026-01-01T00:00:00"], "needs a UTC offset"),
         (["--clock", "sundial"], "invalid choice"),
+        (["--hostile", "-0.1"], "not a probability"),
+        (["--limit-death-burst", "many"], "'many' is not a whole number"),
+        (["--channel-operations", "-3"], "-3 must be >= 0"),
+        (["--processing-clock", "noon"], "is not an ISO 8601 timestamp"),
     ],
 )
 def test_bad_options_are_explained(argv: list[str], needle: str, capsys) -> None:
@@ -84,10 +88,54 @@ def test_help_describes_the_chaos_knobs(capsys) -> None:
         "--conflicting-terminals",
         "--malformed",
         "--oversized",
+        "--hostile",
+        "--guardrail-denials",
+        "--limit-death-burst",
+        "--channel-operations",
+        "--partitions",
+        "--processing-clock",
         "--kafka",
         "--rate",
     ):
         assert flag in text
+    for kind in (
+        "reorder_terminal",
+        "late_tenant",
+        "clock_skew",
+        "run_id_collision",
+        "duplicate_usage",
+        "quiet_partition",
+        "delivery_unknown",
+        "execution_unknown",
+    ):
+        assert kind in text  # fmt: skip
+
+
+def test_new_knobs_reach_the_fleet_and_the_manifest(tmp_path, capsys) -> None:
+    manifest_path = tmp_path / "m.json"
+    code = main(
+        [
+            "simulate", "--runs", "80", "--seed", "6", "--hostile", "0.05",
+            "--guardrail-denials", "0.3", "--limit-death-burst", "5",
+            "--channel-operations", "60", "--partitions", "6",
+            "--processing-clock", "2026-11-30T04:00:00+00:00",
+            "--out", str(tmp_path / "f.jsonl"), "--manifest", str(manifest_path),
+        ]
+    )  # fmt: skip
+    assert code == 0
+    manifest = json.loads(manifest_path.read_text())
+    knobs = manifest["params"]["knobs"]
+    assert (knobs["hostile"], knobs["guardrail_denials"]) == (0.05, 0.3)
+    assert (knobs["limit_death_burst"], knobs["channel_operations"]) == (5, 60)
+    assert manifest["params"]["partitions"] == 6
+    assert manifest["params"]["processing_clock"] == "2026-11-30T04:00:00.000+00:00"
+    assert manifest["injected"]["quiet_partition"] == 5
+    assert manifest["guardrails"]["denials"] > 0
+    assert manifest["channels"]["counts"]["operations"] > 0
+    (alert,) = manifest["alerts"]["run_limit_exhaustion"]
+    out = capsys.readouterr().out
+    assert f"expected exhaustion alerts: acme-corp/maxTurns at {alert['fired_at']}" in out
+    assert "channel operations:" in out and "open items" in out
 
 
 def test_wall_clock_fleets_end_near_now() -> None:

@@ -115,7 +115,9 @@ def test_gap_duplicates_and_post_terminal_records() -> None:
     u1 = f.emit("A", 2, "usage_recorded", row(1, reported), at=2)
     f.emit("A", 3, "tool_call_finished", {"turn": 1}, at=3, kind="unparsable")  # a gap
     f.add(dict(u1))  # identical duplicate
-    f.add({**t1, "eventId": "re-emitted"})  # same (runId, seq), new eventId
+    # Same (runId, seq) under a new eventId: "e2" < "re-emitted" holds seq 1, the other is
+    # quarantined duplicate_seq.
+    f.add({**t1, "eventId": "re-emitted"})
     f.emit("A", 4, "deterministic_turn_finished", {"turn": 2, "middleware": "faq"}, at=4)
     f.emit("A", 5, "agent_finished", {"stopReason": "host_policy"}, at=5)
     f.emit("A", 6, "usage_recorded", row(3, reported), at=6)  # post-terminal: never billed
@@ -133,12 +135,21 @@ def test_gap_duplicates_and_post_terminal_records() -> None:
     assert m["counts"] == {
         "records": 11,
         "valid_records": 10,
-        "duplicates": 3,
-        "unique_events": 7,
+        "duplicates": 2,
+        "unique_events": 8,
         "applied_events": 5,
+        "quarantined_events": 3,
     }
     assert m["dlq"] == {"unparsable": 1, "contract_violation": 0, "oversized": 0}
-    assert m["quarantine"] == {"post_terminal": 1, "conflicting_terminal": 1}
+    assert m["quarantine"] == {
+        "post_terminal": 1,
+        "conflicting_terminal": 1,
+        "duplicate_seq": 1,
+        "tenant_mismatch": 0,
+        "duplicate_usage": 0,
+    }
+    assert m["quarantined_events"] == {"re-emitted": "duplicate_seq", "e7": "post_terminal",
+                                      "e8": "conflicting_terminal"}  # fmt: skip
     bill = m["tenants"]["acme"]["billable"]
     assert bill == {
         "input_tokens": 1000,

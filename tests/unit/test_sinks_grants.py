@@ -32,6 +32,7 @@ def test_the_writer_may_only_insert_and_read_its_storage_tables(ddl: list[str]) 
     grants = _grants(ddl, "prism_writer_role")
     assert {k: v for k, v in grants.items() if k.startswith("prism.")} == {
         **{f"prism.{t}": "SELECT, INSERT" for t in STORES},
+        "prism.ingest_state": "SELECT, INSERT",
         "prism.schema_migrations": "SELECT",
     }
     assert {k for k in grants if not k.startswith("prism.")} == {

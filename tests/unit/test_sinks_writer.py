@@ -1,4 +1,4 @@
-"""``LedgerWriter`` batching, tokens, retries and failure handling, against a recording client.
+"""``LedgerWriter`` batching, tokens and failure handling, against a recording client.
 
 The client double records each insert (table, token, columns); the real engine is exercised
 by tests/integration/test_ledger_writer.py.
@@ -48,7 +48,6 @@ class RecordingClient:
 
 
 def _writer(client: RecordingClient, **kw: Any) -> LedgerWriter:
-    kw.setdefault("sleep", lambda s: None)
     return LedgerWriter(client, "prism", **kw)  # type: ignore[arg-type]
 
 
@@ -137,28 +136,17 @@ def test_datetimes_travel_as_epoch_milliseconds_and_naive_means_utc() -> None:
     assert ts == [1735787045678, 1735787045678]
 
 
-def test_transient_failures_are_retried_with_exponential_backoff() -> None:
-    client = RecordingClient()
-    sleeps: list[float] = []
-    hook = FailingInserts(failures=2)
-    writer = _writer(client, retries=3, backoff=0.5, sleep=sleeps.append, insert_hook=hook)
-    writer.add(LedgerBatch(usage=[usage_row("e1", "r1")]), SourceRange("t", 0, 0, 0))
-    result = writer.flush()
-    assert sleeps == [0.5, 1.0]
-    assert result.attempts == 3
-    assert len(client.inserts) == 1
-
-
 def test_persistent_failure_keeps_rows_and_a_later_flush_uses_the_same_tokens() -> None:
     client = RecordingClient()
     hook = FailingInserts(after=True)  # each insert lands, but its acknowledgement is lost
     hook.failing = True
-    writer = _writer(client, retries=2, insert_hook=hook)
+    writer = _writer(client, insert_hook=hook)
     writer.add(_batch(2), SourceRange("t", 0, 0, 1))
-    with pytest.raises(LedgerWriteError, match="do not commit offsets") as info:
-        writer.flush()
+    for _ in range(3):  # the caller retries; each flush tries once
+        with pytest.raises(LedgerWriteError, match="do not commit offsets") as info:
+            writer.flush()
     err = info.value
-    assert (err.transient, err.attempts, err.rows, err.table) == (True, 3, 3, "usage_store")
+    assert (err.transient, err.attempts, err.rows, err.table) == (True, 1, 3, "usage_store")
     assert writer.pending_rows == 3
     assert writer.should_flush()
 
@@ -178,7 +166,7 @@ def test_persistent_failure_keeps_rows_and_a_later_flush_uses_the_same_tokens() 
 def test_a_permanent_error_is_not_retried() -> None:
     client = RecordingClient()
     hook = FailingInserts(failures=1, error=lambda: DatabaseError("Cannot parse", code=27))
-    writer = _writer(client, retries=5, insert_hook=hook)
+    writer = _writer(client, insert_hook=hook)
     writer.add(_batch(1), SourceRange("t", 0, 0, 0))
     with pytest.raises(LedgerWriteError) as info:
         writer.flush()

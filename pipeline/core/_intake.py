@@ -1,0 +1,315 @@
+"""The one intake step every shell calls: records in; dead letters, rows and records out.
+
+::
+
+    InRecord (Kafka record or file line)
+      -> parse_batch (one call)  --invalid-->  dead letter (ledger row + DLQ record)
+      -> Delivery -> Processor.process (this partition's run semantics)
+                      --raises--> bisect to the event: dead letter ``internal_error``
+      -> ExhaustionAlerter (when the intake owns one: files and rebuilds)
+      -> Output
+
+The worker, ``ingest-file``, ``rebuild`` and the tests all go through ``Intake.step``;
+``store_isolating`` adds rule 15's answer to a store that refuses rows for good: undo the
+step, find the poison records by bisection, dead-letter them as ``unstorable``, store the
+rest. Every input record thus ends in exactly one of the ledger, quarantine or the DLQ.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from prism.schemas import (
+    MAX_EVENT_BYTES,
+    ContractViolation,
+    DeadLetterRow,
+    dead_letter_preview,
+    parse_batch,
+)
+
+from ._alerts import ExhaustionAlerter, alert_record
+from ._processor import Processor
+from ._types import CoreConfig, Delivery, EventClock, Output, OutRecord
+
+__all__ = [
+    "InRecord",
+    "Intake",
+    "PermanentStoreError",
+    "dead_letter_row",
+    "dlq_record",
+    "store_isolating",
+]
+
+log = logging.getLogger("prism.core")
+
+MAX_REASON_CHARS = 500
+
+
+@dataclass(slots=True)
+class InRecord:
+    """One input record: a Kafka record (topic, partition, offset) or a file line (-1, line)."""
+
+    value: bytes | None
+    source: str
+    partition: int
+    offset: int
+    key: bytes | None = None
+    traceparent: str | None = None
+
+
+class PermanentStoreError(Exception):
+    """A store refused rows for good (bad data, not a passing fault): isolate, don't retry."""
+
+
+def dead_letter_row(rec: InRecord, code: str, reason: str, received_at: datetime) -> DeadLetterRow:
+    """The ledger row of a record that was dead-lettered (original bytes stay on the DLQ):
+    its size, hash and a redacted preview (SECURITY.md)."""
+    kept = dead_letter_preview(rec.value or b"")
+    return DeadLetterRow(
+        source=rec.source,
+        partition=rec.partition,
+        offset=rec.offset,
+        code=code,
+        reason=reason[:MAX_REASON_CHARS],
+        size=kept.size,
+        sha256=kept.sha256,
+        preview=kept.preview,
+        received_at=received_at,
+    )
+
+
+def dlq_record(rec: InRecord, code: str, reason: str) -> OutRecord:
+    """The DLQ topic record: original key and bytes, reason and source position in headers."""
+    return OutRecord(
+        key=rec.key or b"",
+        value=rec.value or b"",
+        headers=(
+            ("reason", reason[:MAX_REASON_CHARS].encode()),
+            ("reason-code", code.encode()),
+            ("source-topic", rec.source.encode()),
+            ("source-partition", str(rec.partition).encode()),
+            ("source-offset", str(rec.offset).encode()),
+        ),
+    )
+
+
+class Intake:
+    """Parse, dead-letter, apply run semantics per partition, raise exhaustion alerts.
+
+    One ``EventClock`` is shared by every partition's processor: the pipeline-wide
+    watermark of rule 10. ``alerter``: the intake raises exhaustion alerts itself (a file
+    or a rebuild); the worker leaves it None and routes limit deaths to its one alerter.
+
+    Example::
+
+        intake = Intake(CoreConfig(processing_grace=False))
+        out = intake.step(-1, [InRecord(line, "file:fleet.jsonl", -1, 1)], now=time.time())
+        out.ledger.runs, out.dlq, out.quarantined
+    """
+
+    def __init__(
+        self,
+        config: CoreConfig | None = None,
+        *,
+        max_event_bytes: int = MAX_EVENT_BYTES,
+        alerter: ExhaustionAlerter | None = None,
+    ) -> None:
+        self.config = config or CoreConfig()
+        self.max_event_bytes = max_event_bytes
+        self.clock = EventClock(self.config.max_clock_skew_s)
+        self.alerter = alerter
+        self.processors: dict[int, Processor] = {}
+
+    def processor(self, partition: int) -> Processor:
+        """The partition's processor (created empty; ``Processor.load`` restores state)."""
+        proc = self.processors.get(partition)
+        if proc is None:
+            proc = self.processors[partition] = Processor(self.config, partition, self.clock)
+        return proc
+
+    def drop(self, partition: int) -> None:
+        """Forget a partition (revoked from this worker)."""
+        self.processors.pop(partition, None)
+
+    def step(self, partition: int, records: Sequence[InRecord], now: float) -> Output:
+        """Run ``records`` (one partition, in offset order) through the core.
+
+        The step stays open until ``commit(partition)`` (its output was stored) or
+        ``rollback(partition)`` (it was not, and is undone).
+        """
+        proc = self.processor(partition)
+        proc.begin()
+        received = datetime.fromtimestamp(now, tz=UTC)
+        out = Output()
+        pairs: list[tuple[InRecord, Delivery]] = []
+        parsed = parse_batch([r.value or b"" for r in records], max_bytes=self.max_event_bytes)
+        for rec, item in zip(records, parsed, strict=True):
+            if isinstance(item, ContractViolation):
+                self._dead_letter(out, rec, item.code, item.reason, received)
+            else:
+                delivery = Delivery(item, rec.source, rec.partition, rec.offset, received)
+                delivery.traceparent = rec.traceparent
+                pairs.append((rec, delivery))
+        if records:
+            first, last = min(r.offset for r in records), max(r.offset for r in records)
+            proc.next_offset = max(proc.next_offset or 0, last + 1)
+            out.ranges.append((records[0].source, partition, first, last))
+        out.extend(self._apply(proc, pairs, now, received))
+        self._alerts(out)
+        return out
+
+    def commit(self, partitions: int | Iterable[int]) -> None:
+        """The open ``step`` (or ``tick``) of these partitions was stored: keep it."""
+        for p in [partitions] if isinstance(partitions, int) else list(partitions):
+            self.processor(p).commit()
+
+    def rollback(self, partitions: int | Iterable[int]) -> None:
+        """Undo the open ``step`` (or ``tick``) of these partitions; its output is void."""
+        for p in reversed([partitions] if isinstance(partitions, int) else list(partitions)):
+            self.processor(p).rollback()
+
+    def unstorable(self, rec: InRecord, reason: str, now: float) -> Output:
+        """Dead-letter one record the ledger refused for good; the partition moves past it."""
+        out = Output()
+        proc = self.processor(rec.partition)
+        proc.next_offset = max(proc.next_offset or 0, rec.offset + 1)
+        self._dead_letter(out, rec, "unstorable", reason, datetime.fromtimestamp(now, tz=UTC))
+        out.ranges.append((rec.source, rec.partition, rec.offset, rec.offset))
+        return out
+
+    def tick(self, now: float) -> dict[int, Output]:
+        """Let processing time pass on every partition (grace periods of quiet partitions).
+
+        Like ``step``, each partition's tick stays open until ``commit`` or ``rollback``.
+        """
+        outs = {}
+        for p, proc in sorted(self.processors.items()):
+            proc.begin()
+            outs[p] = proc.tick(now)
+        for out in outs.values():
+            self._alerts(out)
+        return outs
+
+    def finalize(self, now: float) -> Output:
+        """End of input: close what waits on grace, apply staleness, on every partition."""
+        out = Output()
+        for _, proc in sorted(self.processors.items()):
+            out.extend(proc.finalize(now))
+        self._alerts(out)
+        return out
+
+    # -- internals ----------------------------------------------------------------------
+    def _apply(
+        self,
+        proc: Processor,
+        pairs: list[tuple[InRecord, Delivery]],
+        now: float,
+        received: datetime,
+    ) -> Output:
+        """``proc.process``; an exception is isolated to its event by bisection (rule 15)."""
+        proc.begin()
+        try:
+            out = proc.process([d for _, d in pairs], now)
+        except Exception as exc:
+            proc.rollback()
+            if len(pairs) == 1:
+                rec = pairs[0][0]
+                log.exception(
+                    "the run semantics failed on %s:%d offset %d; dead-lettered as internal_error",
+                    rec.source,
+                    rec.partition,
+                    rec.offset,
+                )
+                out = Output()
+                reason = f"the pipeline failed to process this event: {type(exc).__name__}: {exc}"
+                self._dead_letter(out, rec, "internal_error", reason, received)
+                return out
+            mid = len(pairs) // 2
+            out = self._apply(proc, pairs[:mid], now, received)
+            out.extend(self._apply(proc, pairs[mid:], now, received))
+            return out
+        proc.commit()
+        return out
+
+    def _dead_letter(
+        self, out: Output, rec: InRecord, code: str, reason: str, received: datetime
+    ) -> None:
+        out.ledger.dead_letters.append(dead_letter_row(rec, code, reason, received))
+        out.dlq.append(dlq_record(rec, code, reason))
+        out.stats[f"dlq.{code}"] += 1
+
+    def _alerts(self, out: Output) -> None:
+        if self.alerter is None:
+            return
+        rows = self.alerter.observe(out.limit_deaths) + self.alerter.advance(
+            self.clock.watermark_us
+        )
+        out.ledger.alerts.extend(rows)
+        out.alerts.extend(alert_record(r) for r in rows)
+
+
+def store_isolating(
+    intake: Intake,
+    batches: dict[int, Sequence[InRecord]],
+    now: float,
+    store: Callable[[Output], None],
+) -> Output:
+    """Step every partition's records and store them in one go; isolate poison on refusal.
+
+    ``store(out)`` writes ``out``'s rows and raises ``PermanentStoreError`` when they can
+    never be stored (transient errors are the store's to retry). On refusal every step is
+    undone and each partition's records are split in halves until the refused ones stand
+    alone; those are dead-lettered ``unstorable`` and stored as such, the rest as usual.
+    Returns the combined output of everything stored (its state writes included).
+    """
+    out = Output()
+    for partition, records in batches.items():
+        out.extend(intake.step(partition, records, now))
+    try:
+        store(out)
+    except PermanentStoreError as exc:
+        for partition in reversed(list(batches)):
+            intake.rollback(partition)
+        log.warning("the ledger refused a batch (%s); isolating the records it refuses", exc)
+        out = Output()
+        for partition, records in batches.items():
+            out.extend(_bisect(intake, partition, records, now, store))
+        return out
+    for partition in batches:
+        intake.commit(partition)
+    return out
+
+
+def _bisect(
+    intake: Intake,
+    partition: int,
+    records: Sequence[InRecord],
+    now: float,
+    store: Callable[[Output], None],
+) -> Output:
+    out = intake.step(partition, records, now)
+    try:
+        store(out)
+    except PermanentStoreError as exc:
+        intake.rollback(partition)
+        if len(records) > 1:
+            mid = len(records) // 2
+            out = _bisect(intake, partition, records[:mid], now, store)
+            out.extend(_bisect(intake, partition, records[mid:], now, store))
+            return out
+        rec = records[0]
+        log.error(
+            "the ledger refused %s:%d offset %d for good; dead-lettered as unstorable: %s",
+            rec.source,
+            partition,
+            rec.offset,
+            exc,
+        )
+        out = intake.unstorable(rec, f"the ledger refused this event: {exc}", now)
+        store(out)
+        return out
+    intake.commit(partition)
+    return out

@@ -1,0 +1,176 @@
+"""Properties of the core, searched by hypothesis (schemas/CONTRACT.md rules 10, 13, 15).
+
+1. Order independence: any permutation, duplication and batch split of a fleet's records,
+   over any number of partitions and of file invocations (state saved in between), gives
+   the ledger in-order delivery gives: runs, turns, usage, billing, quarantine.
+2. Accounting: every input record ends in exactly one of the ledger, quarantine or DLQ.
+3. Hostile values never raise, never hang, and are accounted for too.
+
+``make test`` runs the ``ci`` profile (fixed seed, bounded examples); pass
+``--hypothesis-profile=deep`` for a longer search.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Sequence
+
+import orjson
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from prism.pipeline.core import CoreConfig, InRecord, Intake, store_isolating
+from tests.fixtures.final_ledger import FinalLedger
+from tests.fixtures.hostile import Fleet, fleets, hostile_values
+from tests.fixtures.runs import NOW
+
+# Grace longer than any fleet's span: closes wait for gaps or the end, never on timing.
+CFG = CoreConfig(
+    grace_period_s=86400,
+    stale_after_s=3600,
+    tombstone_retention_s=30 * 86400,
+    processing_grace=False,
+)
+SOURCE = "prism.agent-events"
+
+
+def _partition(value: bytes, partitions: int) -> int:
+    """Kafka keys records by runId, so one run's records share a partition."""
+    try:
+        run_id = orjson.loads(value).get("runId")
+    except (orjson.JSONDecodeError, AttributeError):
+        run_id = None
+    return zlib.crc32(str(run_id).encode()) % partitions
+
+
+def deliver(
+    values: Sequence[bytes],
+    *,
+    partitions: int = 1,
+    batch_sizes: Sequence[int] = (10**6,),
+    invocations: Sequence[int] = (),
+) -> tuple[FinalLedger, list[InRecord]]:
+    """Feed ``values`` as a pipeline would; return the final ledger and the records fed.
+
+    ``batch_sizes`` cycle over the stream; ``invocations`` are stream positions where the
+    process ends (finalize, state saved) and a new one starts from the saved state.
+    """
+    ledger = FinalLedger()
+    offsets = [0] * partitions
+    fed: list[InRecord] = []
+    state: dict[str, bytes] = {}
+    cuts = [*sorted({c for c in invocations if 0 < c < len(values)}), len(values)]
+    pos, size_i = 0, 0
+    for cut in cuts:
+        intake = Intake(CFG)
+        for p in range(partitions):
+            proc = intake.processor(p)
+            proc.load((k, v) for k, v in state.items() if proc.owns_key(k))
+        while pos < cut:
+            size = batch_sizes[size_i % len(batch_sizes)]
+            size_i += 1
+            chunk = values[pos : min(cut, pos + size)]
+            pos += len(chunk)
+            batches: dict[int, list[InRecord]] = {}
+            for value in chunk:
+                p = _partition(value, partitions)
+                rec = InRecord(value, SOURCE, p, offsets[p])
+                offsets[p] += 1
+                batches.setdefault(p, []).append(rec)
+                fed.append(rec)
+            out = store_isolating(intake, batches, NOW, ledger.add)
+            _keep(state, out.state_writes)
+        final = intake.finalize(NOW)
+        ledger.add(final)
+        _keep(state, final.state_writes)
+    return ledger, fed
+
+
+def _keep(state: dict[str, bytes], writes: dict[str, bytes | None]) -> None:
+    for key, value in writes.items():
+        if value is None:
+            state.pop(key, None)
+        else:
+            state[key] = value
+
+
+def _meaning(ledger: FinalLedger) -> dict[str, object]:
+    snap = ledger.snapshot()
+    dead = snap.pop("dead_letters")
+    return {**snap, "dead_letters": sorted(set(dead)), "billing": ledger.billing()}
+
+
+@st.composite
+def deliveries_of(draw: st.DrawFn, fleet: Fleet) -> dict[str, object]:
+    """A hostile delivery of ``fleet``: permuted, with duplicates, batches, partitions."""
+    values = list(draw(st.permutations(fleet)))
+    for _ in range(draw(st.integers(0, 4))):
+        values.insert(draw(st.integers(0, len(values))), draw(st.sampled_from(fleet)))
+    return {
+        "values": values,
+        "partitions": draw(st.integers(1, 3)),
+        "batch_sizes": draw(st.lists(st.integers(1, 8), min_size=1, max_size=3)),
+        "invocations": draw(st.lists(st.integers(0, len(values)), max_size=2)),
+    }
+
+
+@settings(suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(data=st.data(), fleet=fleets())
+def test_the_ledger_is_a_function_of_the_set_of_events(data: st.DataObject, fleet: Fleet) -> None:
+    baseline, _ = deliver(fleet)
+    how = data.draw(deliveries_of(fleet))
+    values = how.pop("values")
+    ledger, _ = deliver(values, **how)  # type: ignore[arg-type]
+    assert _meaning(ledger) == _meaning(baseline)
+
+
+@settings(suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(data=st.data(), fleet=fleets())
+def test_every_record_ends_in_exactly_one_place(data: st.DataObject, fleet: Fleet) -> None:
+    how = data.draw(deliveries_of(fleet))
+    values = how.pop("values")
+    ledger, fed = deliver(values, **how)  # type: ignore[arg-type]
+    _assert_accounted(ledger, fed)
+    _assert_billing_rules(ledger)
+
+
+@settings(suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(values=st.lists(hostile_values(), min_size=1, max_size=6))
+def test_hostile_values_never_raise_and_are_accounted_for(values: list[bytes]) -> None:
+    ledger, fed = deliver(values, batch_sizes=(3,))
+    _assert_accounted(ledger, fed)
+    for usage in ledger.rows("usage"):  # whatever was accepted fits the ledger's columns
+        for tokens in (usage.input_tokens, usage.output_tokens, usage.total_tokens):
+            assert tokens is None or 0 <= tokens < 2**53
+        assert usage.cost is None or 0 <= usage.cost < 10**15
+
+
+def _assert_billing_rules(ledger: FinalLedger) -> None:
+    """Rules 2, 11 and 12 on the final ledger, whatever the delivery."""
+    runs = {r.run_id: r for r in ledger.rows("runs")}
+    seen: set[tuple[str, int | None, int | None]] = set()
+    for u in ledger.rows("usage"):
+        run = runs[u.run_id]
+        if run.terminal_seq is not None:  # nothing above the terminal counts
+            assert u.seq < run.terminal_seq, (u.event_id, u.seq, run.terminal_seq)
+        assert u.tenant_id == run.tenant_id  # billed to the run's owner, never to no one
+        if u.scope == "provider_turn" and not u.estimated:
+            key = (u.run_id, u.turn, u.attempt)
+            assert key not in seen, key  # one reported usage per turn attempt
+            seen.add(key)
+    for e in ledger.rows("events"):
+        run = runs[e.run_id]
+        assert run.terminal_seq is None or e.seq <= run.terminal_seq
+        assert e.tenant_id == run.tenant_id
+
+
+def _assert_accounted(ledger: FinalLedger, fed: list[InRecord]) -> None:
+    """Each record: a dead letter at its position, or its event in the ledger xor quarantine."""
+    dead = {(d.source, d.partition, d.offset) for d in ledger.rows("dead_letters")}
+    accepted, quarantined = ledger.event_ids(), set(ledger.reasons())
+    assert not accepted & quarantined
+    for rec in fed:
+        if (rec.source, rec.partition, rec.offset) in dead:
+            continue
+        event_id = orjson.loads(rec.value or b"{}")["eventId"]
+        assert (event_id in accepted) != (event_id in quarantined), event_id
