@@ -21,6 +21,7 @@ from typing import Any
 import clickhouse_connect
 from clickhouse_connect.driver.client import Client
 
+from prism.sinks._client import database_exists
 from prism.sinks._errors import LedgerQueryError, LedgerReadOnlyError
 from prism.sinks._queries import QueryResult, query
 
@@ -128,10 +129,11 @@ def read_only_query(
     check_read_only(sql)
     path = getattr(client, "path", None)
     if type(client).__name__ == "ChdbClient" and path:
+        database = client.database
         handle = clickhouse_connect.get_client(
             interface="chdb",
             path=None if path == ":memory:" else path,
-            database=client.database,
+            database=database if database and database_exists(client, database) else None,
             settings={"readonly": 1},
         )
         try:

@@ -27,7 +27,6 @@ from prism.sinks import (
 )
 from prism.sinks.testing import (
     alert_row,
-    cache_minute_row,
     dead_letter_row,
     event_row,
     quarantine_row,
@@ -49,7 +48,6 @@ def _batch(tenant: str, tag: str) -> LedgerBatch:
         turns=[turn_row(f"r{tag}", **t)],
         usage=[usage_row(f"u{tag}", f"r{tag}", **t)],
         events=[event_row(f"e{tag}", f"r{tag}", **t)],
-        cache_minutes=[cache_minute_row(int(tag), **t)],
         quarantine=[quarantine_row(f"q{tag}", f"r{tag}", **t)],
         dead_letters=[dead_letter_row(int(tag))],
         alerts=[alert_row(f"a{tag}", **t)],

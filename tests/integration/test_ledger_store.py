@@ -261,9 +261,11 @@ def test_connect_reuses_the_engine_of_this_process(
 def test_storage_columns_are_the_ledger_row_fields_in_order(
     ch_client: Any, ch_database: str
 ) -> None:
-    """After every migration, each storage table's columns are its row class's fields."""
+    """After every migration, each storage table's columns are its row class's fields (plus
+    the dead letters' raw bytes, kept for rows written before 0004 and filled by no one)."""
     from prism.sinks import STORAGE_TABLES
 
+    retired = {"dead_letters_store": {"raw"}}
     migrate(ch_client, ch_database)
     for table, row_class in STORAGE_TABLES.values():
         names = [
@@ -273,5 +275,6 @@ def test_storage_columns_are_the_ledger_row_fields_in_order(
                 "AND table = {t:String} ORDER BY position",
                 parameters={"db": ch_database, "t": table},
             ).result_rows
+            if str(r[0]) not in retired.get(table, set())
         ]
         assert tuple(names) == columns_of(row_class), table
