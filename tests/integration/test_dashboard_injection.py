@@ -36,6 +36,7 @@ from prism.dashboards import (
     expand_query,
     lint_dashboard,
 )
+from prism.pipeline._store import LedgerStore
 from prism.pipeline.ingest import ingest_lines
 from prism.runtime.simulator import FleetConfig, simulate
 from prism.sinks import STORAGE_TABLES, LedgerWriter, migrate
@@ -106,8 +107,8 @@ def ledgers(ch_client: Any) -> Iterator[Ledgers]:
         ingest_lines(
             lines,
             source="file:two-tenants.jsonl",
-            sink=LedgerWriter(ch_client, names["full"]),
-            received_at=start + timedelta(hours=3),
+            store=LedgerStore(LedgerWriter(ch_client, names["full"])),
+            clock=lambda: (start + timedelta(hours=3)).timestamp(),
         )
         for key, tenant in (("a", tenants[0]), ("b", tenants[1]), ("none", None)):
             for table, row in STORAGE_TABLES.values():
