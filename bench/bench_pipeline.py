@@ -94,6 +94,7 @@ def peak_rss_kib(pid: int) -> int | None:
 def _settings(bootstrap: str, name: str, root: Path, store: str) -> Any:
     from prism.pipeline.settings import load_settings
 
+    (root / name).mkdir(parents=True, exist_ok=True)  # a chDB path's parent must exist
     return load_settings(
         kafka_bootstrap_servers=bootstrap,
         topic_prefix=f"bench-{name}",
@@ -218,6 +219,7 @@ def _baseline(settings: Any, events: int, root: Path, log: Log) -> list[dict[str
         "--chdb",
         str(root / "baseline" / "ledger"),
     ]
+    (root / "baseline").mkdir(parents=True, exist_ok=True)
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"the baseline child failed ({done.returncode}):\n{done.stderr[-3000:]}")

@@ -3,7 +3,10 @@
 Five dashboards (SRE overview, cost and usage, cache efficiency, run explorer, and the
 report, which ``prism-pipeline report`` also draws as an HTML page) query the
 ledger views through the ``grafana-clickhouse-datasource`` plugin, each with a
-``datasource`` variable and a ``tenant`` filter. ``build_all`` writes the dashboard JSON and
+``datasource`` variable and a ``tenant`` filter. Variables take only what their query returns
+and reach SQL percent-encoded inside ``decodeURLComponent('...')`` (``decoded``), so no value
+breaks out of its literal; ``lint_dashboard`` refuses any other interpolation. ``build_all``
+writes the dashboard JSON and
 the provisioning files docker-compose mounts into Grafana; ``expand_query`` replays what
 Grafana and the plugin do to a query, so tests can run every panel on a chDB ledger.
 
@@ -34,7 +37,12 @@ from prism.dashboards._clickhouse_query import (
 from prism.dashboards._cost import cost_and_usage
 from prism.dashboards._errors import DashboardError, LintError, MacroError
 from prism.dashboards._explorer import run_explorer
-from prism.dashboards._lint import lint_alerting, lint_dashboard, lint_expanded_sql
+from prism.dashboards._lint import (
+    lint_alerting,
+    lint_dashboard,
+    lint_expanded_sql,
+    unsafe_interpolations,
+)
 from prism.dashboards._macros import (
     ALERT_MACROS,
     ALL,
@@ -46,6 +54,7 @@ from prism.dashboards._macros import (
     expand_query,
     replace_variables,
 )
+from prism.dashboards._panels import TENANT_FILTER, decoded, selected, tenant_filter
 from prism.dashboards._provisioning import (
     DASHBOARD_PATH,
     DASHBOARDS,
@@ -75,6 +84,7 @@ __all__ = [
     "DATASOURCE_UID",
     "PLUGIN_ID",
     "REPORT_UID",
+    "TENANT_FILTER",
     "WEBHOOK_URL_ENV",
     "AlertThresholds",
     "ClickHouseQuery",
@@ -95,6 +105,7 @@ __all__ = [
     "dashboard_from_json",
     "dashboard_json",
     "datasource_file",
+    "decoded",
     "default_out_dir",
     "expand_alert_query",
     "expand_backend_macros",
@@ -108,5 +119,8 @@ __all__ = [
     "report_dashboard",
     "report_panels",
     "run_explorer",
+    "selected",
     "sre_overview",
+    "tenant_filter",
+    "unsafe_interpolations",
 ]

@@ -16,6 +16,7 @@ from prism.dashboards._panels import (
     ch,
     stat_panel,
     table_panel,
+    tenant_filter,
     timeseries_panel,
 )
 
@@ -223,7 +224,7 @@ def cost_and_usage(database: str | None = None) -> dashboard_models.Dashboard:
                     GROUP BY run_id
                 ) AS p ON p.run_id = r.run_id
                 WHERE r.usage_mismatch AND $__timeFilter(r.last_event_at)
-                  AND {TENANT_FILTER.replace("tenant_id IN", "r.tenant_id IN")}
+                  AND {tenant_filter("r.tenant_id")}
                 ORDER BY r.last_event_at DESC
                 LIMIT 200
                 """

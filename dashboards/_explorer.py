@@ -1,7 +1,8 @@
 """The run explorer: a table of runs and, for the ``run_id`` variable, that run's timeline.
 
 The timeline panels show the run's events in ``seq`` order, its turns, its tool calls, the
-limit exhaustion of the run and its delegated children, and the children themselves.
+limit exhaustion of the run and its delegated children, and the children themselves. Every
+panel filters by the selected tenants too, so a run id never shows another tenant's rows.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from prism.dashboards._panels import (
     TENANT_FILTER,
     Board,
     ch,
+    decoded,
     query_variable,
     table_panel,
 )
@@ -20,7 +22,8 @@ __all__ = ["UID", "run_explorer"]
 
 UID = "prism-run-explorer"
 
-RUN = "run_id = ${run_id:singlequote}"
+RUN_ID = decoded("run_id")  # the selected run id, safe whatever it holds
+RUN = f"run_id = {RUN_ID}"
 _RUN_LINK = ("Explore this run", "/d/" + UID + "?${__url_time_range}&var-run_id=${__value.raw}")
 
 _EVENT_SUMMARY = """
@@ -72,8 +75,8 @@ def run_explorer(database: str | None = None) -> dashboard_models.Dashboard:
             ORDER BY last_event_at DESC
             LIMIT 500
             """,
-            "The run whose timeline is shown: pick a recent run of the selected tenants, or "
-            "paste any run id",
+            "The run whose timeline is shown: one of the 500 most recent runs of the selected "
+            "tenants in the time range (the runs table lists the same runs)",
             include_all=False,
             multi=False,
         )
@@ -117,7 +120,7 @@ def run_explorer(database: str | None = None) -> dashboard_models.Dashboard:
                        finished_at, event_count, max_seq, missing_count, missing_ranges,
                        usage_mismatch, clock_skew, cache_hit_rate, parent_run_id, bundle_digest
                 FROM runs
-                WHERE {RUN}
+                WHERE {RUN} AND {TENANT_FILTER}
                 """
             ),
             h=5,
@@ -134,7 +137,7 @@ def run_explorer(database: str | None = None) -> dashboard_models.Dashboard:
                        dateDiff('millisecond', min(ts) OVER (), ts) / 1000 AS since_start,
                        type, {_EVENT_SUMMARY} AS summary
                 FROM run_events
-                WHERE {RUN}
+                WHERE {RUN} AND {TENANT_FILTER}
                 ORDER BY seq
                 """
             ),
@@ -154,7 +157,7 @@ def run_explorer(database: str | None = None) -> dashboard_models.Dashboard:
                        tools_count, input_tokens, output_tokens, cache_read_tokens,
                        cache_write_tokens, cache_hit_rate, usage_source, usage_confidence
                 FROM turns
-                WHERE {RUN}
+                WHERE {RUN} AND {TENANT_FILTER}
                 ORDER BY turn, attempt
                 """
             ),
@@ -174,7 +177,7 @@ def run_explorer(database: str | None = None) -> dashboard_models.Dashboard:
                        JSONExtractString(payload, 'errorCode') AS error_code,
                        JSONExtractFloat(payload, 'durationMs') AS duration_ms
                 FROM run_events
-                WHERE {RUN} AND type = 'tool_call_finished'
+                WHERE {RUN} AND type = 'tool_call_finished' AND {TENANT_FILTER}
                 ORDER BY seq
                 """
             ),
@@ -195,8 +198,9 @@ def run_explorer(database: str | None = None) -> dashboard_models.Dashboard:
                        exhaustion_limit, exhaustion_maximum, exhaustion_observed,
                        exhaustion_axis, exhaustion_closest, finished_at
                 FROM runs
-                WHERE ({RUN} OR parent_run_id = ${{run_id:singlequote}})
+                WHERE ({RUN} OR parent_run_id = {RUN_ID})
                   AND (exhaustion_limit IS NOT NULL OR exhaustion_axis IS NOT NULL)
+                  AND {TENANT_FILTER}
                 ORDER BY finished_at
                 """
             ),
@@ -208,13 +212,13 @@ def run_explorer(database: str | None = None) -> dashboard_models.Dashboard:
             "Child runs delegated by the selected run, with their outcome.",
             "short",
             ch(
-                """
+                f"""
                 SELECT run_id AS child_run_id, delegation_id, child_id, status, model,
                        model_turns, tool_calls, failure_class,
                        ifNull(exhaustion_axis, exhaustion_limit) AS exhausted_on,
                        started_at, finished_at
                 FROM runs
-                WHERE parent_run_id = ${run_id:singlequote}
+                WHERE parent_run_id = {RUN_ID} AND {TENANT_FILTER}
                 ORDER BY started_at
                 """
             ),

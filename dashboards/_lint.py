@@ -16,9 +16,12 @@ from prism.dashboards._clickhouse_query import DATASOURCE_VARIABLE_REF, PLUGIN_I
 from prism.dashboards._errors import MacroError
 from prism.dashboards._macros import TimeRange, Variable, expand_alert_query, expand_query
 
-__all__ = ["lint_alerting", "lint_dashboard", "lint_expanded_sql"]
+__all__ = ["lint_alerting", "lint_dashboard", "lint_expanded_sql", "unsafe_interpolations"]
 
 _VAR_RE = re.compile(r"\$(\w+)|\$\{(\w+)[^}]*\}|\[\[(\w+)")
+# The two safe ways a dashboard variable reaches SQL: percent-encoded inside a literal
+# ClickHouse decodes, or as the variable argument of $__conditionalAll.
+_SAFE_REF_RE = re.compile(r"decodeURLComponent\('\$\{\w+:percentencode\}'\)|,\s*\$\w+\s*\)")
 _DURATION_RE = re.compile(r"^(\d+[smhdw])+$")
 _EXPR_UID = "__expr__"
 # Any fixed range will do: alert SQL is expanded only to see that nothing is left over.
@@ -60,6 +63,14 @@ def lint_dashboard(dash: Mapping[str, Any]) -> list[str]:
     for var_name, var in variables.items():
         if var.get("type") != "query":
             continue
+        if var.get("allowCustomValue") is not False:
+            problems.append(
+                f"{name}: query variable {var_name!r} allows custom values; set "
+                "allowCustomValue false so only what its query returns can be selected"
+            )
+        problems += unsafe_interpolations(
+            f"{name}/variable {var_name}", var.get("query") or "", variables
+        )
         if var.get("refresh") != 2:
             problems.append(
                 f"{name}: query variable {var_name!r} has refresh={var.get('refresh')!r}; "
@@ -132,11 +143,27 @@ def _lint_panel(title: str, panel: Mapping[str, Any], variables: Mapping[str, An
             problems.append(f"{where}: format {target.get('format')!r} is not the plugin's")
         if panel.get("type") == "timeseries" and target.get("format") != 0:
             problems.append(f"{where}: a time-series panel needs format 0 (time series)")
+        problems += unsafe_interpolations(where, target.get("rawSql") or "", variables)
         for match in _VAR_RE.finditer(target.get("rawSql") or ""):
             var = match.group(1) or match.group(2) or match.group(3)
             if var.startswith("__") or var in variables:
                 continue
             problems.append(f"{where}: rawSql uses ${var}, which is not a dashboard variable")
+    return problems
+
+
+def unsafe_interpolations(where: str, sql: str, variables: Mapping[str, Any]) -> list[str]:
+    """Dashboard variables interpolated into SQL in a form a value could break out of."""
+    rest = _SAFE_REF_RE.sub("", sql)
+    problems = []
+    for match in _VAR_RE.finditer(rest):
+        var = match.group(1) or match.group(2) or match.group(3)
+        if var in variables and var != "datasource":
+            problems.append(
+                f"{where}: {match.group(0)} is interpolated unescaped (Grafana's singlequote "
+                f"and sqlstring leave \\ alone); write decodeURLComponent('${{{var}:"
+                "percentencode}') or pass it only as $__conditionalAll's variable"
+            )
     return problems
 
 

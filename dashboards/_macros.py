@@ -8,7 +8,10 @@ A dashboard query goes through three steps before it reaches ClickHouse, and
 2. Grafana's template service: ``$var``, ``${var}``, ``${var:format}`` and ``[[var]]``;
    a variable without an explicit format uses the plugin's formatter (a list becomes
    ``'a','b'``, a single value stays raw), All becomes every option's value (or the
-   variable's custom all value, unformatted); unknown names are left as they are;
+   variable's custom all value, unformatted); unknown names are left as they are. The
+   formats are Grafana's own, escaping included: ``singlequote`` and ``sqlstring`` leave
+   ``\\`` alone (so they cannot protect a ClickHouse literal); ``percentencode`` is
+   ``encodeURIComponent`` plus ``!'()*``;
 3. the plugin's backend macros (sqlds): ``$__timeFilter(col)`` ->
    ``col >= toDateTime(<from s>) AND col <= toDateTime(<to s>)``, ``$__timeFilter_ms(col)``
    -> the same with ``fromUnixTimestamp64Milli(<ms>)``, ``$__fromTime``/``$__toTime``
@@ -26,6 +29,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from urllib.parse import quote
 
 from prism.dashboards._errors import MacroError
 
@@ -178,17 +182,31 @@ def apply_conditional_all(sql: str, variables: Mapping[str, Variable]) -> str:
     return sql
 
 
+def _encode_uri_component_strict(text: str, name: str) -> str:
+    """JavaScript's ``encodeURIComponent`` plus ``!'()*`` (Grafana's ``percentencode``)."""
+    try:
+        return quote(text.encode("utf-8"), safe="")
+    except UnicodeEncodeError:  # a lone surrogate: encodeURIComponent throws URIError
+        raise MacroError(
+            f"${{{name}:percentencode}}: the value {text!r} is not valid Unicode; Grafana's "
+            "encodeURIComponent would throw"
+        ) from None
+
+
 def _format_value(value: str | list[str], fmt: str | None, name: str) -> str:
     """Grafana's variable formats; ``None`` is the ClickHouse plugin's own formatter."""
     values = value if isinstance(value, list) else [value]
     if fmt is None:
         return "'" + "','".join(value) + "'" if isinstance(value, list) else value
+    if fmt == "percentencode":  # a list is written like a glob, {a,b}, then encoded
+        text = "{" + ",".join(value) + "}" if isinstance(value, list) else value
+        return _encode_uri_component_strict(text, name)
     if fmt == "singlequote":
         return ",".join("'" + v.replace("'", "\\'") + "'" for v in values)
     if fmt == "doublequote":
         return ",".join('"' + v.replace('"', '\\"') + '"' for v in values)
-    if fmt == "sqlstring":
-        return ",".join("'" + v.replace("'", "''") + "'" for v in values)
+    if fmt == "sqlstring":  # Grafana: ' doubled, " backslash-escaped, \ left alone
+        return ",".join("'" + v.replace("'", "''").replace('"', '\\"') + "'" for v in values)
     if fmt == "csv":
         return ",".join(values)
     if fmt == "pipe":
@@ -197,7 +215,7 @@ def _format_value(value: str | list[str], fmt: str | None, name: str) -> str:
         return ",".join(values)
     raise MacroError(
         f"unsupported variable format {fmt!r} in ${{{name}:{fmt}}}; use one of "
-        "singlequote, doublequote, sqlstring, csv, pipe, raw"
+        "percentencode, singlequote, doublequote, sqlstring, csv, pipe, raw"
     )
 
 

@@ -30,16 +30,48 @@ __all__ = [
     "Board",
     "bars",
     "ch",
+    "decoded",
     "dedent_sql",
     "qualify",
+    "selected",
     "stat_panel",
     "table_panel",
+    "tenant_filter",
     "timeseries_panel",
 ]
 
 
-# The tenant filter every tenant-scoped query uses: short-circuits to 1=1 on All.
-TENANT_FILTER = "$__conditionalAll(tenant_id IN (${tenant:singlequote}), $tenant)"
+def decoded(variable: str) -> str:
+    """SQL for the text of ``variable`` that no value can break out of.
+
+    Grafana's ``singlequote`` and ``sqlstring`` formats leave ``\\`` alone, and ClickHouse
+    reads backslash escapes, so ``\\' OR 1=1 --`` escapes their quotes. ``percentencode``
+    (RFC 3986, ``'`` and ``\\`` included) leaves only ``[A-Za-z0-9._~%-]`` inside the
+    literal, and ClickHouse decodes it back. A multi-value variable arrives as ``{a,b}``.
+    """
+    return f"decodeURLComponent('${{{variable}:percentencode}}')"
+
+
+def selected(column: str, variable: str) -> str:
+    """``column`` is one of the values selected in the multi-value ``variable``.
+
+    (A value that itself holds a comma matches as its parts: the filter narrows what a
+    viewer asked for; the tenant boundary is the Grafana account's row policy.)
+    """
+    return f"has(splitByChar(',', trim(BOTH '{{}}' FROM {decoded(variable)})), {column})"
+
+
+def tenant_filter(column: str = "tenant_id") -> str:
+    """The tenant filter of a query on ``column``: short-circuits to 1=1 on All.
+
+    No ``$`` in the condition: the plugin splices it with JavaScript's ``String.replace``,
+    which would read ``$'`` or ``$&`` as replacement patterns.
+    """
+    return f"$__conditionalAll({selected(column, 'tenant')}, $tenant)"
+
+
+# The tenant filter every tenant-scoped query uses.
+TENANT_FILTER = tenant_filter()
 
 _VIEW_RE = re.compile(r"\b(FROM|JOIN)\s+(" + "|".join(VIEWS) + r")\b", re.IGNORECASE)
 
@@ -87,7 +119,10 @@ def query_variable(
     include_all: bool,
     multi: bool,
 ) -> dashboard.QueryVariable:
-    """A query variable on ``$datasource`` that refreshes when the time range changes."""
+    """A query variable on ``$datasource`` that refreshes when the time range changes.
+
+    Its values are only what its query returns: no custom values (typed or from the URL).
+    """
     var = (
         dashboard.QueryVariable(name)
         .label(label)
@@ -98,7 +133,7 @@ def query_variable(
         .sort(dashboard_models.VariableSort.ALPHABETICAL_ASC)
         .multi(multi)
         .include_all(include_all)
-        .allow_custom_value(True)
+        .allow_custom_value(False)
     )
     if include_all:
         var = var.current(dashboard_models.VariableOption(text=["All"], value=["$__all"]))

@@ -28,6 +28,7 @@ from typing import Any
 
 from prism.pipeline.settings import Settings, load_settings
 from prism.pipeline.topics import ensure_topics, worker_env
+from prism.sinks import redact_dsn
 
 from ._demo_text import next_steps, text_report
 from ._kafka import PORT_VARIABLE, LocalKafka, _port_in_use, free_port
@@ -75,11 +76,11 @@ def _chdb_path(dsn: str) -> Path | None:
 
 def reset_ledger(settings: Settings, *, force: bool) -> None:
     """Empty the demo's ledger; refuse a database the demo did not write unless ``force``."""
-    dsn, db = settings.clickhouse_dsn, settings.clickhouse_database
+    dsn, db = settings.clickhouse_dsn.get_secret_value(), settings.clickhouse_database
     ours = False
     if MARKER.exists():
         mark = json.loads(MARKER.read_text())
-        ours = (mark.get("dsn"), mark.get("database")) == (dsn, db)
+        ours = (mark.get("dsn"), mark.get("database")) == (redact_dsn(dsn), db)
     path = _chdb_path(dsn)
     if path is not None:  # the embedded engine: the worker child owns it, so use the files
         exists = (path / "metadata" / f"{db}.sql").exists()
@@ -100,7 +101,6 @@ def reset_ledger(settings: Settings, *, force: bool) -> None:
 
 
 def _refusal(dsn: str, db: str) -> str:
-    from prism.sinks._errors import redact_dsn
 
     return (
         f"the default ledger {redact_dsn(dsn)} already holds database {db!r}, which make demo "
@@ -214,7 +214,9 @@ def _run(args: argparse.Namespace) -> int:
     finally:
         drain.close()
     MARKER.write_text(
-        json.dumps({"dsn": settings.clickhouse_dsn, "database": settings.clickhouse_database})
+        json.dumps(
+            {"dsn": redact_dsn(settings.clickhouse_dsn), "database": settings.clickhouse_database}
+        )
     )
     stop = next((ln for ln in log.read_text().splitlines() if "worker stopping:" in ln), "")
     print(f"      drained in {time.monotonic() - t0:.1f}s; {stop.split('worker stopping: ')[-1]}")
@@ -236,7 +238,7 @@ def _run(args: argparse.Namespace) -> int:
 
     from prism.pipeline.report import build_report
 
-    report = build_report(client, db, ledger=settings.clickhouse_dsn)
+    report = build_report(client, db, ledger=redact_dsn(settings.clickhouse_dsn))
     page = report.write(args.report)
     drawn = len(report.results) - len(report.empty) - len(report.failed)
     print(f"[5/6] HTML report: {page} ({drawn} of {len(report.results)} panels with data)")

@@ -9,6 +9,9 @@ retried with exponential backoff (``Retry-After`` honoured); other 4xx are not. 
 delivered at most once per window (remembered in bounded memory). Failures are logged and
 counted in ``stats``, never raised.
 
+The URL is a secret (webhook URLs carry their token in the path or query): it is kept as a
+``SecretStr`` and every log line and error shows it as ``scheme://host/***``.
+
 Errors::
 
     WebhookConfigError (ValueError)   the URL or a knob is unusable (raised at construction)
@@ -27,8 +30,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 import httpx
+from pydantic import SecretStr
 
-from prism.schemas import AlertRow
+from prism.schemas import AlertRow, mask_secrets
 
 from .core import alert_record
 
@@ -37,6 +41,27 @@ __all__ = ["WebhookConfigError", "WebhookNotifier"]
 log = logging.getLogger("prism.alerting")
 
 _RETRY_STATUS = frozenset({429, 500, 502, 503, 504}) | frozenset(range(505, 600))
+
+
+class _MaskUrls(logging.Filter):
+    """Masks registered webhook URLs in httpx's request log lines (httpx logs every URL)."""
+
+    def __init__(self) -> None:
+        super().__init__("prism-webhook-urls")
+        self.urls: dict[str, str] = {}  # real URL -> shown form
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        masked = message
+        for real, shown in self.urls.items():
+            masked = masked.replace(real, shown)
+        if masked != message:
+            record.msg, record.args = masked, ()
+        return True
+
+
+_mask_urls = _MaskUrls()
+logging.getLogger("httpx").addFilter(_mask_urls)
 
 
 class WebhookConfigError(ValueError):
@@ -62,7 +87,7 @@ class WebhookNotifier:
 
     def __init__(
         self,
-        url: str,
+        url: str | SecretStr,
         *,
         timeout: float = 5.0,
         retries: int = 5,
@@ -75,13 +100,19 @@ class WebhookNotifier:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
     ) -> None:
+        from .settings import SecretUrl
+
+        secret = SecretUrl(url.get_secret_value() if isinstance(url, SecretStr) else url)
         try:
-            parsed = httpx.URL(url)
-        except Exception as exc:
-            raise WebhookConfigError(f"alert webhook URL {url!r} is not a URL: {exc}") from None
+            parsed = httpx.URL(secret.get_secret_value())
+        except Exception:
+            raise WebhookConfigError(
+                f"alert webhook URL {str(secret)!r} is not a URL; use "
+                "http(s)://host[:port]/path (PRISM_ALERT_WEBHOOK_URL)"
+            ) from None
         if parsed.scheme not in ("http", "https") or not parsed.host:
             raise WebhookConfigError(
-                f"alert webhook URL {url!r} must be http(s)://host[:port]/path "
+                f"alert webhook URL {str(secret)!r} must be http(s)://host[:port]/path "
                 "(PRISM_ALERT_WEBHOOK_URL)"
             )
         if (
@@ -98,7 +129,9 @@ class WebhookNotifier:
                 f"backoff={backoff}, window_s={window_s}, max_keys={max_keys}, "
                 f"max_pending={max_pending}"
             )
-        self.url = url
+        self.url = secret  # str(self.url) is scheme://host/***; the POST uses the real one
+        for form in (secret.get_secret_value(), str(parsed)):  # as given, as httpx prints it
+            _mask_urls.urls[form] = str(secret)
         self.timeout = timeout
         self.retries = retries
         self.backoff = backoff
@@ -193,10 +226,10 @@ class WebhookNotifier:
             delay = None
             try:
                 response = await client.post(
-                    self.url, content=body, headers=headers, timeout=self.timeout
+                    self.url.get_secret_value(), content=body, headers=headers, timeout=self.timeout
                 )
             except httpx.TransportError as exc:  # connect errors, timeouts, broken connections
-                reason = f"{type(exc).__name__}: {exc}"
+                reason = self._safe(f"{type(exc).__name__}: {exc}")
             else:
                 if response.is_success:
                     self.stats["delivered"] += 1
@@ -209,7 +242,7 @@ class WebhookNotifier:
                         self.url,
                         key,
                         reason,
-                        response.text[:200],
+                        self._safe(response.text[:200]),
                     )
                     return False
                 delay = _retry_after(response.headers.get("Retry-After"))
@@ -237,6 +270,18 @@ class WebhookNotifier:
             reason,
         )
         return False
+
+    def _safe(self, text: str) -> str:
+        """``text`` with the URL, its path, query and their parts masked (a server may echo
+        them), and anything else secret-looking, for a log line."""
+        real = self.url.get_secret_value()
+        url = httpx.URL(real)
+        path, query = url.path, url.query.decode()
+        parts = [p for p in (*path.split("/"), *query.replace("&", "=").split("=")) if len(p) >= 8]
+        forms = [real, real.split("?", 1)[0], real.partition("://")[2], url.raw_path.decode()]
+        for form in sorted({*forms, path, query, *parts} - {"", "/"}, key=len, reverse=True):
+            text = text.replace(form, "***")
+        return mask_secrets(text)
 
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:

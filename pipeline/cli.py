@@ -29,6 +29,7 @@ _NOISY_LOGGERS = ("urllib3", "clickhouse_connect")
 _USAGE_ERRORS = (
     ("prism.pipeline.settings", "SettingsError"),
     ("prism.sinks._errors", "LedgerConfigError"),
+    ("prism.sinks._errors", "LedgerReadOnlyError"),
     ("prism.pipeline.alerting", "WebhookConfigError"),
     ("prism.runtime.simulator._config", "SimulatorConfigError"),
     ("prism.devstack.faults", "FaultSpecError"),
@@ -41,6 +42,7 @@ COMMAND_MODULES = [
     "prism.pipeline.commands.ingest_file",
     "prism.pipeline.commands.schema",
     "prism.pipeline.commands.migrate",
+    "prism.pipeline.commands.grants",
     "prism.pipeline.commands.query",
     "prism.pipeline.commands.billing",
     "prism.pipeline.commands.report",

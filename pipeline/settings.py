@@ -2,7 +2,13 @@
 
 Defaults run on a laptop: a local broker on 127.0.0.1:9092 and an embedded chDB ledger
 under ``./.data/``. A bad value fails at start with ``SettingsError`` naming the setting
-(as its environment variable) and the value.
+(as its environment variable) and the value; a secret's value is never shown (the DSN
+with its password masked, the webhook URL as scheme and host only). Secrets are
+``SecretStr`` (``SecretDsn`` for the ledger DSN, ``SecretUrl`` for the webhook URL): their
+``str``/``repr`` are masked and the real value comes from ``get_secret_value()``. Every
+duration is a finite number of seconds within bounds. A ``PRISM_*`` variable that is no
+setting is reported once per process with the closest setting name (a log line, not an
+error: other tools use ``PRISM_`` variables too).
 
 Example::
 
@@ -13,23 +19,76 @@ Example::
 
 from __future__ import annotations
 
+import difflib
+import logging
+import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
+from urllib.parse import unquote, urlsplit
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from prism.schemas import DEFAULT_DENY, deny_list
+from prism.sinks import SecretDsn, parse_dsn, redact_dsn
 
 from .core import CoreConfig
 
-__all__ = ["Settings", "SettingsError", "Topics", "load_settings"]
+__all__ = [
+    "TOOL_VARIABLES",
+    "SecretUrl",
+    "Settings",
+    "SettingsError",
+    "Topics",
+    "load_settings",
+    "redact_url",
+    "unknown_variables",
+]
+
+log = logging.getLogger("prism.settings")
 
 _TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
+_DAY = 86_400.0
+# PRISM_* variables read by the dev tools and tests, not by the settings.
+TOOL_VARIABLES = frozenset(
+    {"PRISM_KAFKA_PORT", "PRISM_KAFKA_STATE_DIR", "PRISM_KAFKA_HOME", "PRISM_TEST_KAFKA_BOOTSTRAP"}
+)
+_reported_unknown: set[str] = set()
 
 
 class SettingsError(ValueError):
     """A setting has a value the pipeline cannot use; the message names both."""
+
+
+def redact_url(url: str) -> str:
+    """A URL as ``scheme://host[:port]/***``: webhook paths and queries usually hold a token."""
+    try:
+        parts = urlsplit(url)
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        return "***"
+    if not parts.scheme or not host:
+        return "***"
+    address = f"{host}:{port}" if port else host
+    tail = "/***" if parts.path.strip("/") or parts.query or parts.fragment else ""
+    return f"{parts.scheme}://{'***@' if parts.username else ''}{address}{tail}"
+
+
+class SecretUrl(SecretStr):
+    """A URL that carries a credential (a webhook): shown as scheme and host only."""
+
+    def _display(self) -> str:  # type: ignore[override]
+        return redact_url(self.get_secret_value())
+
+
+def _seconds(default: float, *, low: float = 0.0, strict: bool = False, high: float) -> Any:
+    """A duration field: finite, ``> low`` (strict) or ``>= low``, and ``<= high``."""
+    if strict:
+        return Field(default=default, gt=low, le=high, allow_inf_nan=False)
+    return Field(default=default, ge=low, le=high, allow_inf_nan=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,21 +133,25 @@ class Settings(BaseSettings):
     max_event_bytes: int = Field(default=1_048_576, ge=1024, le=64 * 1_048_576)
 
     # ClickHouse (through clickhouse-connect only)
-    clickhouse_dsn: str = "chdb://./.data/ledger"
+    clickhouse_dsn: SecretDsn = SecretDsn("chdb://./.data/ledger")
     clickhouse_database: str = "prism"
     clickhouse_cluster: str | None = None
     raw_event_ttl_days: int = Field(default=90, ge=1, le=10000)
 
-    # Batching and run semantics
+    # Batching and run semantics (seconds; every duration finite and bounded)
     batch_max_events: int = Field(default=5000, ge=1, le=1_000_000)
-    batch_max_seconds: float = Field(default=0.5, gt=0, le=60)
-    grace_period_seconds: float = Field(default=30.0, ge=0)
-    stale_run_seconds: float = Field(default=3600.0, gt=0)
-    tombstone_retention_seconds: float = Field(default=86400.0, gt=0)
-    alert_window_seconds: float = Field(default=300.0, gt=0)
-    max_clock_skew_seconds: float = Field(default=300.0, ge=0, le=86400)
-    alert_limit_deaths_threshold: int = Field(default=5, ge=1)
-    alert_webhook_url: str | None = None
+    batch_max_seconds: float = _seconds(0.5, strict=True, high=60.0)
+    grace_period_seconds: float = _seconds(30.0, high=_DAY)
+    stale_run_seconds: float = _seconds(3600.0, strict=True, high=366 * _DAY)
+    tombstone_retention_seconds: float = _seconds(86400.0, strict=True, high=366 * _DAY)
+    max_clock_skew_seconds: float = _seconds(300.0, high=_DAY)
+    channel_stuck_seconds: float = _seconds(300.0, strict=True, high=_DAY)
+    alert_window_seconds: float = _seconds(300.0, strict=True, high=7 * _DAY)
+    alert_limit_deaths_threshold: int = Field(default=5, ge=1, le=1_000_000)
+    alert_webhook_url: SecretUrl | None = None
+
+    # What the ledger keeps outside the contract (schemas.redact_unknown_data)
+    redact_keys: Annotated[frozenset[str], NoDecode] = DEFAULT_DENY
 
     # Worker state and observability
     state_store: Literal["rocksdb", "memory"] = "rocksdb"
@@ -114,9 +177,8 @@ class Settings(BaseSettings):
 
     @field_validator("clickhouse_dsn")
     @classmethod
-    def _dsn_scheme(cls, v: str) -> str:
-        if not re.match(r"^(chdb|clickhouse|https?)://", v):
-            raise ValueError("must start with chdb://, http://, https:// or clickhouse://")
+    def _dsn_parses(cls, v: SecretDsn) -> SecretDsn:
+        parse_dsn(v)  # the one DSN parser; its errors mask the password
         return v
 
     @field_validator("clickhouse_database")
@@ -125,6 +187,31 @@ class Settings(BaseSettings):
         if not re.match(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$", v):
             raise ValueError("must be an identifier [A-Za-z_][A-Za-z0-9_]*")
         return v
+
+    @field_validator("alert_webhook_url", "otel_endpoint", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, v: Any) -> Any:
+        return None if isinstance(v, str) and not v.strip() else v
+
+    @field_validator("alert_webhook_url", "otel_endpoint")
+    @classmethod
+    def _http_url(cls, v: Any) -> Any:
+        if v is None:
+            return v
+        url = v.get_secret_value() if isinstance(v, SecretStr) else v
+        try:
+            parts = urlsplit(url)
+            ok = parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0
+        except ValueError:
+            ok = False
+        if not ok:
+            raise ValueError("must be an http(s)://host[:port]/path URL")
+        return v
+
+    @field_validator("redact_keys", mode="before")
+    @classmethod
+    def _deny_list(cls, v: Any) -> Any:
+        return deny_list(v) if isinstance(v, str) else v
 
     @model_validator(mode="after")
     def _sasl_needs_credentials(self) -> Settings:
@@ -152,6 +239,7 @@ class Settings(BaseSettings):
             alert_threshold=self.alert_limit_deaths_threshold,
             max_clock_skew_s=self.max_clock_skew_seconds,
             processing_grace=processing_grace,
+            redact_keys=self.redact_keys,
         )
 
     def aiokafka_kwargs(self) -> dict[str, Any]:
@@ -175,16 +263,84 @@ class Settings(BaseSettings):
         return kw
 
 
+_SECRET_FIELDS = frozenset(
+    name for name, f in Settings.model_fields.items() if "Secret" in str(f.annotation)
+)
+
+
+def _shown(field: str, value: Any) -> str:
+    """How a bad value appears in an error: secrets masked, everything else as ``repr``."""
+    if isinstance(value, SecretStr):
+        value = value.get_secret_value()
+    if field == "clickhouse_dsn":
+        return repr(redact_dsn(str(value)))
+    if field in ("alert_webhook_url", "otel_endpoint"):
+        return repr(redact_url(str(value)))
+    if field in _SECRET_FIELDS:
+        return "<hidden>"
+    return repr(value)
+
+
+def _scrub(text: str, secrets: list[str]) -> str:
+    for secret in sorted((s for s in secrets if len(s) >= 3), key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text
+
+
+def _secret_inputs(overrides: Mapping[str, Any]) -> list[str]:
+    """Every secret given (environment or ``overrides``), to scrub from errors: whole values
+    for passwords and webhook URLs, the password part of DSNs and endpoints."""
+    values: list[str] = []
+    for name in _SECRET_FIELDS | {"otel_endpoint"}:
+        for raw in (os.environ.get(f"PRISM_{name.upper()}"), overrides.get(name)):
+            text = raw.get_secret_value() if isinstance(raw, SecretStr) else raw
+            if not isinstance(text, str) or not text:
+                continue
+            if name in ("kafka_sasl_password", "alert_webhook_url"):
+                values.append(text)
+            if name == "alert_webhook_url":  # webhook paths and queries are tokens
+                values.append(text.partition("://")[2].partition("/")[2])
+            userinfo = text.partition("://")[2].rpartition("@")[0] or text.rpartition("@")[0]
+            if ":" in userinfo:  # a URL password, unencoded '@' or '/' included
+                password = userinfo.partition(":")[2]
+                values += [password, unquote(password)]
+    return values
+
+
+def unknown_variables(environ: Mapping[str, str]) -> list[tuple[str, str | None]]:
+    """``PRISM_*`` names in ``environ`` that are no setting, each with the closest setting."""
+    known = {f"PRISM_{name.upper()}" for name in Settings.model_fields}
+    out = []
+    for name in sorted(environ):
+        if name.startswith("PRISM_") and name not in known and name not in TOOL_VARIABLES:
+            close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
+            out.append((name, close[0] if close else None))
+    return out
+
+
+def _report_unknown_variables() -> None:
+    for name, close in unknown_variables(os.environ):
+        if name in _reported_unknown:
+            continue
+        _reported_unknown.add(name)
+        hint = f"; did you mean {close}?" if close else ""
+        log.warning("%s is not a prism-pipeline setting and is ignored%s", name, hint)
+
+
 def load_settings(**overrides: Any) -> Settings:
     """Build settings from the environment plus ``overrides``; raise ``SettingsError`` if bad."""
+    _report_unknown_variables()
     try:
         return Settings(**overrides)
     except ValidationError as exc:
         problems = []
         for err in exc.errors():
             loc = ".".join(str(p) for p in err["loc"])
-            name = f"PRISM_{loc.upper()}" if loc else "settings"
-            value = err.get("input")
-            shown = "<hidden>" if "password" in loc else repr(value)
-            problems.append(f"{name}={shown}: {err['msg']}")
-        raise SettingsError("invalid settings: " + "; ".join(problems)) from None
+            if loc:
+                problems.append(
+                    f"PRISM_{loc.upper()}={_shown(loc, err.get('input'))}: {err['msg']}"
+                )
+            else:  # a rule across settings: its message names the variables, not their values
+                problems.append(str(err["msg"]).removeprefix("Value error, "))
+        message = "invalid settings: " + "; ".join(problems)
+        raise SettingsError(_scrub(message, _secret_inputs(overrides))) from None

@@ -64,5 +64,7 @@ def worker_env(settings: Settings) -> dict[str, Any]:
             continue
         if hasattr(value, "get_secret_value"):
             value = value.get_secret_value()
+        if isinstance(value, (set, frozenset)):  # a list setting (PRISM_REDACT_KEYS) is a,b,c
+            value = ",".join(sorted(value))
         out[f"PRISM_{name.upper()}"] = str(value)
     return out

@@ -17,7 +17,8 @@ whose ``code`` is ``unparsable``, ``oversized`` or ``contract_violation`` and wh
 
 Python attributes are snake_case; the wire form (``event_to_wire``) is camelCase. Event
 types the contract does not list parse into ``UnknownEvent``; ``is_terminal_agent_event_type``
-is the one terminal predicate.
+is the one terminal predicate. ``dead_letter_preview`` and ``redact_unknown_data`` keep
+content sent by mistake (prompts, tool arguments and results, secrets) out of the ledger.
 """
 
 from prism.schemas._channel import (
@@ -129,6 +130,15 @@ from prism.schemas._payloads import (
     ToolsInfo,
     Usage,
 )
+from prism.schemas._redact import (
+    DEFAULT_DENY,
+    DeadLetterPreview,
+    dead_letter_preview,
+    deny_list,
+    is_denied_key,
+    mask_secrets,
+    redact_unknown_data,
+)
 from prism.schemas._types import (
     COST_MAX_DECIMALS,
     MAX_COST,
@@ -148,6 +158,7 @@ __all__ = [
     "CHANNEL_TOPIC",
     "CHANNEL_TRANSITIONS",
     "COST_MAX_DECIMALS",
+    "DEFAULT_DENY",
     "EVENT_JSON_SCHEMA_ID",
     "EVENT_JSON_SCHEMA_PATH",
     "JSON_SCHEMA_FILES",
@@ -185,6 +196,7 @@ __all__ = [
     "ChildMilestoneData",
     "ClosestAxis",
     "ContractViolation",
+    "DeadLetterPreview",
     "DeadLetterRow",
     "DelegationChildEventsCapped",
     "DelegationChildEventsCappedData",
@@ -230,15 +242,20 @@ __all__ = [
     "UsageRow",
     "ViolationCode",
     "channel_json_schema",
+    "dead_letter_preview",
+    "deny_list",
     "event_json_schema",
     "event_to_wire",
+    "is_denied_key",
     "is_legal_channel_transition",
     "is_terminal_agent_event_type",
+    "mask_secrets",
     "parse_any_batch",
     "parse_batch",
     "parse_channel_batch",
     "parse_channel_operation",
     "parse_event",
+    "redact_unknown_data",
     "render_channel_json_schema",
     "render_event_json_schema",
 ]

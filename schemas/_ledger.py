@@ -200,7 +200,9 @@ class QuarantineRow:
 class DeadLetterRow:
     """A record that could not be parsed or violates the contract (table ``dead_letters_store``).
 
-    Key ``(source, partition, offset)``: a Kafka position, or a file and line number.
+    Key ``(source, partition, offset)``: a Kafka position, or a file and line number. The
+    ledger keeps the record's size, SHA-256 and a bounded, redacted preview
+    (``dead_letter_preview``); the full bytes stay on the DLQ topic.
     """
 
     source: str
@@ -208,7 +210,9 @@ class DeadLetterRow:
     offset: int
     code: str  # unparsable|contract_violation|oversized
     reason: str
-    raw: bytes
+    size: int  # bytes of the original record
+    sha256: str  # hex SHA-256 of the original record
+    preview: str  # at most 256 characters, deny-listed values and secrets masked
     received_at: datetime
 
 

@@ -5,6 +5,9 @@ engine in-process (one engine path per process), ``http(s)://user:pw@host:port/d
 reaches a ClickHouse server. Storage tables (``*_store``) are ReplacingMergeTrees keyed on
 stable ids; users query the views (``runs``, ``usage``, ``turns``, ``run_events``,
 ``cache_hits_1m``, ``quarantine``, ``dead_letters``, ``alerts``, ``billing_usage``).
+``parse_dsn``/``redact_dsn`` are the one DSN parser and masked form (``SecretDsn``);
+``read_only_query`` is the ad hoc surface (statement check + ``readonly = 1``);
+``grants_sql`` the least-privilege accounts' DDL (SECURITY.md).
 
 Example::
 
@@ -18,45 +21,67 @@ Example::
 """
 
 from prism.sinks._billing import BILLING_SQL, BillingLine, billing_report
-from prism.sinks._client import connect, parse_dsn
+from prism.sinks._client import DsnTarget, SecretDsn, connect, parse_dsn, redact_dsn
 from prism.sinks._errors import (
     LedgerConfigError,
     LedgerConnectError,
     LedgerError,
     LedgerQueryError,
+    LedgerReadOnlyError,
     LedgerWriteError,
     MigrationError,
 )
+from prism.sinks._grants import (
+    ALL_TENANTS,
+    TENANT_SETTING,
+    Account,
+    accounts,
+    grants_sql,
+    sql_string,
+)
 from prism.sinks._migrate import load_migrations, migrate, render_migrations
 from prism.sinks._queries import QueryResult, query, run_timeline
+from prism.sinks._readonly import check_read_only, read_only_query
 from prism.sinks._state import StateTable
 from prism.sinks._tables import STORAGE_TABLES, VIEWS
 from prism.sinks._writer import INSERT_SETTINGS, FlushResult, InsertHook, LedgerWriter, SourceRange
 
 __all__ = [
+    "ALL_TENANTS",
     "BILLING_SQL",
     "INSERT_SETTINGS",
     "STORAGE_TABLES",
+    "TENANT_SETTING",
     "VIEWS",
+    "Account",
     "BillingLine",
+    "DsnTarget",
     "FlushResult",
     "InsertHook",
     "LedgerConfigError",
     "LedgerConnectError",
     "LedgerError",
     "LedgerQueryError",
+    "LedgerReadOnlyError",
     "LedgerWriteError",
     "LedgerWriter",
     "MigrationError",
     "QueryResult",
+    "SecretDsn",
     "SourceRange",
     "StateTable",
+    "accounts",
     "billing_report",
+    "check_read_only",
     "connect",
+    "grants_sql",
     "load_migrations",
     "migrate",
     "parse_dsn",
     "query",
+    "read_only_query",
+    "redact_dsn",
     "render_migrations",
     "run_timeline",
+    "sql_string",
 ]

@@ -1,8 +1,15 @@
 """``connect()``: a clickhouse-connect client for a ``chdb://`` path or an ``http(s)://`` server.
 
+``parse_dsn`` is the one DSN parser (settings validate with it, ``connect`` uses it) and
+``redact_dsn`` the one way a DSN is shown: the password is masked whatever it holds, an
+unencoded ``@`` or ``/`` included. A DSN in settings is a ``SecretDsn``: ``str()`` and
+``repr()`` give the redacted form, ``get_secret_value()`` the real one.
+
 chDB hosts one engine per process, on one path. ``connect`` therefore keeps one client
 per engine path and hands it out again; asking for a second path in the same process
-fails with ``LedgerConfigError`` instead of chDB's low-level message.
+fails with ``LedgerConfigError`` instead of chDB's low-level message. An absolute engine
+path must have an existing parent directory (a typo is not turned into a directory tree);
+a relative one, like the default ``./.data/ledger``, is created under the working directory.
 """
 
 from __future__ import annotations
@@ -10,23 +17,41 @@ from __future__ import annotations
 import os
 import re
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import parse_qs, unquote, urlparse, urlunparse
+from typing import Any
+from urllib.parse import parse_qs, unquote
 
 import clickhouse_connect
 from clickhouse_connect.driver.client import Client
+from pydantic import SecretStr
 
-from prism.sinks._errors import LedgerConfigError, LedgerConnectError, redact_dsn
+from prism.sinks._errors import LedgerConfigError, LedgerConnectError
 
-__all__ = ["DsnTarget", "connect", "database_exists", "parse_dsn", "validate_identifier"]
+__all__ = [
+    "DsnTarget",
+    "SecretDsn",
+    "connect",
+    "database_exists",
+    "parse_dsn",
+    "redact_dsn",
+    "validate_identifier",
+]
 
 _IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 _HTTP_SCHEMES = {"http": False, "https": True, "clickhouse": False, "clickhouses": True}
+_SCHEMES = "chdb://, http://, https://, clickhouse:// or clickhouses://"
 _MEMORY = ":memory:"
 
 _lock = threading.Lock()
 _chdb_clients: dict[str, Client] = {}
+
+
+class SecretDsn(SecretStr):
+    """A ledger DSN as a secret: shown (``str``, ``repr``, logs) with its password masked."""
+
+    def _display(self) -> str:  # type: ignore[override]
+        return redact_dsn(self.get_secret_value())
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,8 +64,50 @@ class DsnTarget:
     port: int | None = None
     secure: bool = False
     username: str | None = None
-    password: str | None = None
+    password: SecretStr | None = field(default=None, repr=False)
     database: str | None = None  # named in the DSN (http path), if any
+    options: dict[str, str] = field(default_factory=dict)  # the DSN's query string
+
+
+@dataclass(frozen=True, slots=True)
+class _Parts:
+    scheme: str  # lower case, "" when the DSN has none
+    username: str | None  # raw (still percent-encoded)
+    password: str | None  # raw
+    location: str  # host[:port][/path][?query] for servers, the path for chdb
+
+
+def _split(dsn: str) -> _Parts:
+    """Scheme, credentials and the rest. Credentials end at the *last* ``@``, so an unencoded
+    ``@``, ``/``, ``:`` or ``?`` in a password stays in the password."""
+    scheme, sep, rest = dsn.partition("://")
+    if not sep:
+        scheme, rest = "", dsn
+    scheme = scheme.lower()
+    if scheme == "chdb" or "@" not in rest:
+        return _Parts(scheme, None, None, rest)
+    userinfo, _, location = rest.rpartition("@")
+    user, colon, password = userinfo.partition(":")
+    return _Parts(scheme, user, password if colon else None, location)
+
+
+def redact_dsn(dsn: str | SecretStr) -> str:
+    """The DSN with its password replaced by ``***`` (safe for messages and logs).
+
+    Example::
+
+        redact_dsn("https://prism:p@ss/word@ch.example:8443/prism")
+        # "https://prism:***@ch.example:8443/prism"
+    """
+    text = dsn.get_secret_value() if isinstance(dsn, SecretStr) else str(dsn)
+    parts = _split(text)
+    if parts.password is None and parts.username is None:
+        return text
+    prefix = f"{text.partition('://')[0]}://" if "://" in text else ""
+    shown = parts.username or ""
+    if parts.password is not None:
+        shown += ":***"
+    return f"{prefix}{shown}@{parts.location}"
 
 
 def validate_identifier(name: str, what: str = "database") -> str:
@@ -53,60 +120,86 @@ def validate_identifier(name: str, what: str = "database") -> str:
     return name
 
 
-def parse_dsn(dsn: str) -> DsnTarget:
+def parse_dsn(dsn: str | SecretStr) -> DsnTarget:
     """Parse a ledger DSN; relative chDB paths resolve against the current directory.
+
+    Every error names the DSN with its password masked.
 
     Example::
 
         parse_dsn("chdb://./.data/ledger").path      # "/home/me/project/.data/ledger"
         parse_dsn("https://u:pw@ch.example:8443/prism").database   # "prism"
     """
-    if not isinstance(dsn, str) or "://" not in dsn:
+    text = dsn.get_secret_value() if isinstance(dsn, SecretStr) else dsn
+    if not isinstance(text, str) or not text.strip():
         raise LedgerConfigError(
-            f"ClickHouse DSN {dsn!r} has no scheme; use chdb://<path> for the embedded "
+            f"ClickHouse DSN {text!r} is empty; use chdb://<path> for the embedded engine or "
+            "http(s)://user:password@host:port/database for a server"
+        )
+    shown = redact_dsn(text)
+    parts = _split(text)
+    if not parts.scheme:
+        raise LedgerConfigError(
+            f"ClickHouse DSN {shown!r} has no scheme; use chdb://<path> for the embedded "
             "engine or http(s)://user:password@host:port/database for a server"
         )
-    scheme, _, rest = dsn.partition("://")
-    scheme = scheme.lower()
-    if scheme == "chdb":
-        location = unquote(rest.partition("?")[0])
+    if parts.scheme == "chdb":
+        location = unquote(parts.location.partition("?")[0])
         if location in ("", "memory", _MEMORY):
             return DsnTarget(kind="chdb", path=_MEMORY)
         return DsnTarget(kind="chdb", path=os.path.realpath(Path(location).expanduser()))
-    if scheme not in _HTTP_SCHEMES:
+    if parts.scheme not in _HTTP_SCHEMES:
         raise LedgerConfigError(
-            f"ClickHouse DSN {redact_dsn(dsn)!r} has the unsupported scheme {scheme!r}; "
-            "use chdb://, http://, https:// or clickhouse://"
+            f"ClickHouse DSN {shown!r} has the unsupported scheme {parts.scheme!r}; use {_SCHEMES}"
         )
-    parsed = urlparse(dsn)
-    try:
-        port = parsed.port
-    except ValueError:
-        raise LedgerConfigError(
-            f"ClickHouse DSN {redact_dsn(dsn)!r} has a bad port; use host:port with a port "
-            "in 1..65535 (8123 for http, 8443 for https)"
-        ) from None
-    if not parsed.hostname:
-        raise LedgerConfigError(
-            f"ClickHouse DSN {redact_dsn(dsn)!r} names no host; "
-            "use http(s)://user:password@host:port/database"
-        )
-    database = unquote(parsed.path.lstrip("/").split("/")[0]) or None
+    address, _, query = parts.location.partition("?")
+    hostport, _, path = address.partition("/")
+    host, port = _host_port(hostport, shown)
+    database = unquote(path.split("/")[0]) or None
     if database is not None:
-        validate_identifier(database)
-    secure = _HTTP_SCHEMES[scheme] or "secure=true" in parsed.query.lower()
+        try:
+            validate_identifier(database)
+        except LedgerConfigError:
+            raise LedgerConfigError(
+                f"ClickHouse DSN {shown!r} names the database {database!r}, which is not a "
+                "plain identifier ([A-Za-z_][A-Za-z0-9_]*); if the password holds '@', '/' or "
+                "'?', percent-encode it (%40, %2F, %3F)"
+            ) from None
+    options = {k: v[0] for k, v in parse_qs(query).items()}
+    secure = _HTTP_SCHEMES[parts.scheme] or options.get("secure", "").lower() == "true"
     return DsnTarget(
         kind="http",
-        host=parsed.hostname,
+        host=host,
         port=port or (8443 if secure else 8123),
         secure=secure,
-        username=unquote(parsed.username) if parsed.username else None,
-        password=unquote(parsed.password) if parsed.password else None,
+        username=unquote(parts.username) if parts.username else None,
+        password=SecretStr(unquote(parts.password)) if parts.password else None,
         database=database,
+        options=options,
     )
 
 
-def connect(dsn: str, database: str | None = None) -> Client:
+def _host_port(hostport: str, shown: str) -> tuple[str, int | None]:
+    if hostport.startswith("["):  # [IPv6]:port
+        host, _, tail = hostport[1:].partition("]")
+        port_text = tail[1:] if tail.startswith(":") else ""
+    else:
+        host, _, port_text = hostport.partition(":")
+    if not host:
+        raise LedgerConfigError(
+            f"ClickHouse DSN {shown!r} names no host; use http(s)://user:password@host:port/database"
+        )
+    if not port_text:
+        return host, None
+    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise LedgerConfigError(
+            f"ClickHouse DSN {shown!r} has a bad port; use host:port with a port "
+            "in 1..65535 (8123 for http, 8443 for https)"
+        )
+    return host, int(port_text)
+
+
+def connect(dsn: str | SecretStr, database: str | None = None) -> Client:
     """A clickhouse-connect client for ``dsn``; its default database is ``database`` if it exists.
 
     chDB clients are cached per engine path (one engine per process), so calling this
@@ -122,7 +215,8 @@ def connect(dsn: str, database: str | None = None) -> Client:
     if database is not None:
         validate_identifier(database)
     target = parse_dsn(dsn)
-    client = _chdb_client(dsn, target) if target.kind == "chdb" else _http_client(dsn, target)
+    text = dsn.get_secret_value() if isinstance(dsn, SecretStr) else dsn
+    client = _chdb_client(text, target) if target.kind == "chdb" else _http_client(text, target)
     wanted = database or target.database
     if wanted and client.database != wanted and database_exists(client, wanted):
         client.database = wanted
@@ -138,9 +232,13 @@ def database_exists(client: Client, database: str) -> bool:
     return bool(result.result_rows[0][0])
 
 
+def chdb_options(dsn: str) -> dict[str, str]:
+    """The engine options in a ``chdb://`` DSN's query string."""
+    return {k: v[0] for k, v in parse_qs(dsn.partition("?")[2]).items()}
+
+
 def _chdb_client(dsn: str, target: DsnTarget) -> Client:
     path = target.path or _MEMORY
-    options = {k: v[0] for k, v in parse_qs(dsn.partition("?")[2]).items()}
     with _lock:
         cached = _chdb_clients.get(path)
         if cached is not None and cached.ping():
@@ -150,22 +248,58 @@ def _chdb_client(dsn: str, target: DsnTarget) -> Client:
         if others:
             raise LedgerConfigError(_one_engine_message(others[0], path))
         if path != _MEMORY:
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            _prepare_engine_dir(Path(path))
         try:
             client = clickhouse_connect.get_client(
-                interface="chdb", path=None if path == _MEMORY else path, chdb_options=options
+                interface="chdb",
+                path=None if path == _MEMORY else path,
+                chdb_options=chdb_options(dsn),
             )
         except Exception as exc:
             held = re.search(r"initialized with path '([^']*)'", str(exc))
             if held:
                 raise LedgerConfigError(_one_engine_message(held.group(1), path)) from None
+            reason = engine_error(exc)
+            hint = (
+                "; another process (a worker?) holds this path: stop it, or use a ClickHouse "
+                "server to share the ledger"
+                if "lock" in reason.lower()
+                else ""
+            )
             raise LedgerConnectError(
-                f"could not open the chDB engine at {path!r} (from DSN {dsn!r}): {exc}; "
-                "one process at a time may open a chDB path: if a worker or another command "
-                "holds it, stop that process first (or use a ClickHouse server)"
-            ) from exc
+                f"could not open the chDB engine at {path!r}: {reason}{hint}"
+            ) from None
         _chdb_clients[path] = client
         return client
+
+
+def _prepare_engine_dir(path: Path) -> None:
+    """Create the engine directory; its parent must exist unless it is under the working dir."""
+    if path.exists() and not path.is_dir():
+        raise LedgerConfigError(f"chDB path {str(path)!r} is a file; name a directory")
+    parent = path.parent
+    if not parent.is_dir() and not path.is_relative_to(Path.cwd().resolve()):
+        raise LedgerConfigError(
+            f"the parent directory {str(parent)!r} of the chDB path {str(path)!r} does not "
+            "exist; create it first (mkdir -p) or fix the DSN"
+        )
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / ".prism-write-check"
+        probe.touch()
+        probe.unlink()
+    except OSError as exc:
+        raise LedgerConfigError(
+            f"cannot use {str(path)!r} as a chDB engine directory: {exc.strerror or exc}; "
+            "pick a writable directory"
+        ) from None
+
+
+def engine_error(exc: BaseException) -> str:
+    """chDB's message without its C++ stack trace, on one line."""
+    text = str(exc).split("Stack trace", 1)[0]
+    text = " ".join(text.split()).rstrip(" ,.:;")
+    return text[:500] or type(exc).__name__
 
 
 def _one_engine_message(held: str, wanted: str) -> str:
@@ -179,13 +313,23 @@ def _one_engine_message(held: str, wanted: str) -> str:
 
 def _http_client(dsn: str, target: DsnTarget) -> Client:
     # The database is applied by connect() once it is known to exist (migrate creates it).
-    parsed = urlparse(dsn)
-    without_db = urlunparse(parsed._replace(scheme="https" if target.secure else "http", path=""))
+    # Credentials go as arguments, never inside a URL the driver might print.
+    kwargs: dict[str, Any] = dict(target.options)
+    kwargs.pop("secure", None)
+    password = target.password.get_secret_value() if target.password else ""
     try:
-        return clickhouse_connect.get_client(dsn=without_db, secure=target.secure)
+        return clickhouse_connect.get_client(
+            host=target.host,
+            port=target.port,
+            username=target.username or "default",
+            password=password,
+            secure=target.secure,
+            **kwargs,
+        )
     except Exception as exc:
+        message = str(exc).replace(password, "***") if password else str(exc)
         raise LedgerConnectError(
             f"could not reach ClickHouse at {target.host}:{target.port} "
-            f"(DSN {redact_dsn(dsn)!r}): {exc}; check the host, port, credentials and that "
+            f"(DSN {redact_dsn(dsn)!r}): {message}; check the host, port, credentials and that "
             "the server is running"
-        ) from exc
+        ) from None

@@ -8,11 +8,10 @@ Hierarchy::
     ├── MigrationError                      a migration failed or an applied one was changed
     ├── LedgerWriteError                    a flush failed for good; rows stay in the writer
     └── LedgerQueryError                    a query (billing, timeline, ad hoc) failed
+        └── LedgerReadOnlyError             a read-only query was refused (it could write)
 """
 
 from __future__ import annotations
-
-import re
 
 from clickhouse_connect.driver.exceptions import DatabaseError, OperationalError
 
@@ -22,10 +21,10 @@ __all__ = [
     "LedgerConnectError",
     "LedgerError",
     "LedgerQueryError",
+    "LedgerReadOnlyError",
     "LedgerWriteError",
     "MigrationError",
     "is_transient",
-    "redact_dsn",
 ]
 
 
@@ -68,6 +67,10 @@ class LedgerQueryError(LedgerError):
     """A query against the ledger failed; the message carries ClickHouse's reason."""
 
 
+class LedgerReadOnlyError(LedgerQueryError):
+    """A statement was refused because it could change the ledger or read outside it."""
+
+
 # ClickHouse error codes worth retrying: the same insert can succeed a moment later.
 TRANSIENT_CODES: frozenset[int] = frozenset(
     {
@@ -103,11 +106,3 @@ def is_transient(exc: BaseException) -> bool:
         return code in TRANSIENT_CODES
     # Transport failures of the HTTP client carry no server code.
     return isinstance(exc, OperationalError)
-
-
-_PASSWORD_RE = re.compile(r"(://[^:/@]*:)[^@]*@")
-
-
-def redact_dsn(dsn: str) -> str:
-    """The DSN with its password replaced by ``***`` (safe for messages and logs)."""
-    return _PASSWORD_RE.sub(r"\1***@", dsn)

@@ -19,7 +19,7 @@ from importlib import resources
 
 from clickhouse_connect.driver.client import Client
 
-from prism.sinks._client import validate_identifier
+from prism.sinks._client import database_exists, validate_identifier
 from prism.sinks._errors import LedgerConfigError, MigrationError
 
 __all__ = [
@@ -161,8 +161,12 @@ def migrate(
     """
     plan = render_migrations(database, cluster=cluster, raw_event_ttl_days=raw_event_ttl_days)
     on_cluster = f" ON CLUSTER `{cluster}`" if cluster else ""
-    _run(client, f"CREATE DATABASE IF NOT EXISTS {database}{on_cluster}", "create the database")
-    _run(client, _migrations_table_sql(database, cluster), "create schema_migrations")
+    # Only DDL that is needed: an up-to-date ledger is checked with reads alone, so the
+    # worker's least-privilege account (no DDL, see _grants.py) can start on it.
+    if not database_exists(client, database):
+        _run(client, f"CREATE DATABASE IF NOT EXISTS {database}{on_cluster}", "create the database")
+    if not _table_exists(client, database, "schema_migrations"):
+        _run(client, _migrations_table_sql(database, cluster), "create schema_migrations")
     applied = _applied(client, database)
     known = {r.migration.version for r in plan}
     unknown = sorted(set(applied) - known)
@@ -220,6 +224,10 @@ def _migrations_table_sql(database: str, cluster: str | None) -> str:
         database,
         cluster=cluster,
     )
+
+
+def _table_exists(client: Client, database: str, table: str) -> bool:
+    return bool(client.query(f"EXISTS TABLE {database}.{table}").result_rows[0][0])
 
 
 def _applied(client: Client, database: str) -> dict[int, str]:

@@ -51,10 +51,16 @@ def run_timeline(client: Client, database: str, run_id: str) -> dict[str, Any]:
     return {"run": runs[0] if runs else None, "turns": turns, "usage": usage, "events": events}
 
 
-def query(client: Client, sql: str, parameters: dict[str, Any] | None = None) -> QueryResult:
+def query(
+    client: Client,
+    sql: str,
+    parameters: dict[str, Any] | None = None,
+    *,
+    settings: dict[str, Any] | None = None,
+) -> QueryResult:
     """Run one SELECT-like statement; raise ``LedgerQueryError`` with ClickHouse's reason."""
     try:
-        result = client.query(sql, parameters=parameters)
+        result = client.query(sql, parameters=parameters, settings=settings)
     except Exception as exc:
         raise LedgerQueryError(f"query failed: {exc}") from exc
     rows = [tuple(_aware(v) for v in row) for row in result.result_rows]

@@ -16,9 +16,10 @@ from clickhouse_connect.driver.client import Client
 from prism.sinks._client import validate_identifier
 from prism.sinks._writer import INSERT_SETTINGS
 
-__all__ = ["StateTable"]
+__all__ = ["STATE_TABLE", "StateTable"]
 
-_TABLE = "ingest_state"
+STATE_TABLE = "ingest_state"
+_TABLE = STATE_TABLE
 
 
 class StateTable:

@@ -9,6 +9,7 @@ Example::
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -147,7 +148,8 @@ def quarantine_row(event_id: str, run_id: str, **overrides: Any) -> QuarantineRo
 def dead_letter_row(offset: int, **overrides: Any) -> DeadLetterRow:
     values: dict[str, Any] = dict(
         source="prism.agent-events", partition=0, offset=offset, code="unparsable",
-        reason="not JSON", raw=b"\xff{", received_at=T0,
+        reason="not JSON", size=2, sha256=hashlib.sha256(b"\xff{").hexdigest(),
+        preview="\\xff{", received_at=T0,
     )  # fmt: skip
     values.update(overrides)
     return DeadLetterRow(**values)

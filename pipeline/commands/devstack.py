@@ -66,6 +66,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_run)
 
 
+def _port(text: str) -> int:
+    """A TCP port 1..65535 (from --port or PRISM_KAFKA_PORT)."""
+    if not text.strip().isdigit() or not 0 < int(text) < 65536:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a port 1..65535 (from --port or PRISM_KAFKA_PORT)"
+        )
+    return int(text)
+
+
 def _run(args: argparse.Namespace) -> int:
     default = _CLUSTER_DIR if args.brokers > 1 else _SINGLE_DIR
     state_dir = args.state_dir or Path(os.environ.get("PRISM_KAFKA_STATE_DIR", default))

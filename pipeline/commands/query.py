@@ -1,7 +1,10 @@
 """``prism-pipeline query "SQL"``: print a query's result against the configured ledger.
 
-Handy with the embedded chDB engine, which one process owns at a time: run it while no
-worker holds the same path, or point ``--clickhouse`` at a server.
+Read-only unless ``--allow-writes``: the statement is checked (one SELECT/WITH/SHOW/
+DESCRIBE/EXPLAIN/EXISTS, no writing keyword, no table function reading files or URLs) and
+runs with ClickHouse's ``readonly = 1``. Handy with the embedded chDB engine, which one
+process owns at a time: run it while no worker holds the same path, or point
+``--clickhouse`` at a server.
 """
 
 from __future__ import annotations
@@ -26,12 +29,21 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="run one SQL query against the ledger and print the result",
         description=(
             "Runs SQL on the ledger (default database from PRISM_CLICKHOUSE_DATABASE, so "
-            "`SELECT * FROM runs` works) and prints the rows."
+            "`SELECT * FROM runs` works) and prints the rows. Read-only by default: one "
+            "SELECT, WITH, SHOW, DESCRIBE, EXPLAIN or EXISTS statement, run with ClickHouse's "
+            "readonly=1; writes, DDL and table functions that read files or URLs (file(), "
+            "url(), s3(), remote(), ...) are refused."
         ),
     )
     p.add_argument("sql", help='the statement, e.g. "SELECT status, count() FROM runs GROUP BY 1"')
     add_connection_args(p)
     p.add_argument("--format", choices=FORMATS, default="table", help="output format")
+    p.add_argument(
+        "--allow-writes",
+        action="store_true",
+        help="operators only: run any statement (INSERT, ALTER, DROP, ...) without the "
+        "read-only check; the account's own grants still apply",
+    )
     p.set_defaults(func=_run)
 
 
@@ -99,9 +111,34 @@ def _json_value(value: Any) -> Any:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from prism.sinks import query
+    from prism.sinks import (
+        LedgerQueryError,
+        LedgerReadOnlyError,
+        check_read_only,
+        query,
+        read_only_query,
+    )
 
+    if not args.allow_writes:
+        try:
+            check_read_only(args.sql)  # before connecting: a refused statement touches nothing
+        except LedgerReadOnlyError as exc:
+            raise LedgerReadOnlyError(
+                f"refused: {exc}. `query` is read-only by default; an operator who means to "
+                "change the ledger adds --allow-writes"
+            ) from None
     client, _ = connection(args)
-    result = query(client, args.sql)
+    if args.allow_writes:
+        result = query(client, args.sql)
+    else:
+        try:
+            result = read_only_query(client, args.sql)
+        except LedgerQueryError as exc:
+            if "readonly" not in str(exc):
+                raise
+            raise LedgerQueryError(
+                f"{exc}; `query` runs with readonly=1 by default: an operator who means to "
+                "change the ledger adds --allow-writes"
+            ) from None
     print(render(result.columns, result.rows, args.format))
     return 0

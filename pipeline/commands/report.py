@@ -68,7 +68,7 @@ def _run(args: argparse.Namespace) -> int:
             "pip install 'prism-pipeline[pipeline,dashboards]'"
         ) from None
     from prism.pipeline.settings import load_settings
-    from prism.sinks._errors import redact_dsn  # the ledger's own rule for hiding passwords
+    from prism.sinks import redact_dsn  # the ledger's own rule for hiding passwords
 
     client, database = connection(args)
     dsn = args.clickhouse or load_settings().clickhouse_dsn

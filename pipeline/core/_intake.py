@@ -22,7 +22,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from prism.schemas import MAX_EVENT_BYTES, ContractViolation, DeadLetterRow, parse_batch
+from prism.schemas import (
+    MAX_EVENT_BYTES,
+    ContractViolation,
+    DeadLetterRow,
+    dead_letter_preview,
+    parse_batch,
+)
 
 from ._alerts import ExhaustionAlerter, alert_record
 from ._processor import Processor
@@ -59,14 +65,18 @@ class PermanentStoreError(Exception):
 
 
 def dead_letter_row(rec: InRecord, code: str, reason: str, received_at: datetime) -> DeadLetterRow:
-    """The ledger row of a record that was dead-lettered (original bytes stay on the DLQ)."""
+    """The ledger row of a record that was dead-lettered (original bytes stay on the DLQ):
+    its size, hash and a redacted preview (SECURITY.md)."""
+    kept = dead_letter_preview(rec.value or b"")
     return DeadLetterRow(
         source=rec.source,
         partition=rec.partition,
         offset=rec.offset,
         code=code,
         reason=reason[:MAX_REASON_CHARS],
-        raw=rec.value or b"",
+        size=kept.size,
+        sha256=kept.sha256,
+        preview=kept.preview,
         received_at=received_at,
     )
 

@@ -203,7 +203,7 @@ class Processor:
             return
         source = (d.source, d.partition, d.offset, to_us(d.received_at), d.traceparent)
         run.arrivals += 1
-        fact = fact_of(ev, data_of(ev), ts_us, source, run.arrivals)
+        fact = fact_of(ev, data_of(ev, self.config.redact_keys), ts_us, source, run.arrivals)
         if skewed:
             run.clock_skew = True
         if run.tombstone is not None:

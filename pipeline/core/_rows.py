@@ -11,7 +11,14 @@ from typing import Any
 
 import orjson
 
-from prism.schemas import AgentEvent, QuarantineRow, RawEventRow, TurnRow, UsageRow
+from prism.schemas import (
+    AgentEvent,
+    QuarantineRow,
+    RawEventRow,
+    TurnRow,
+    UsageRow,
+    redact_unknown_data,
+)
 
 from ._run import from_us
 from ._timeline import RunView, turn_cache_inputs
@@ -32,11 +39,15 @@ OWNER_FIELDS = ("tenant_id", "account_id", "user_id", "provider", "model")
 _Fact = dict[str, Any]
 
 
-def data_of(ev: AgentEvent) -> dict[str, Any]:
-    """The event's payload in wire form (camelCase, absent fields omitted)."""
+def data_of(ev: AgentEvent, redact_keys: frozenset[str]) -> dict[str, Any]:
+    """The event's payload in wire form (camelCase, absent fields omitted).
+
+    The contract keeps content out of known types; an unknown type's free-form ``data``
+    loses every key on ``redact_keys`` (arguments, prompts, results, secrets...).
+    """
     data = ev.data
     if isinstance(data, dict):
-        return data
+        return redact_unknown_data(data, redact_keys)
     return data.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 

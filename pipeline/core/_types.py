@@ -7,7 +7,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from prism.schemas import AgentEvent, LedgerBatch
+from prism.schemas import DEFAULT_DENY, AgentEvent, LedgerBatch
 
 __all__ = ["CoreConfig", "Delivery", "EventClock", "LimitDeath", "OutRecord", "Output"]
 
@@ -20,7 +20,9 @@ class CoreConfig:
 
     ``processing_grace``: whether a terminal's grace period may also end in processing time
     (the live worker, where a quiet topic must still close runs); a file replay judges on
-    event time only, so the same file always gives the same ledger.
+    event time only, so the same file always gives the same ledger. ``redact_keys``: keys
+    dropped from the ``data`` of event types the contract does not know before it is kept
+    (``PRISM_REDACT_KEYS``), so content sent by mistake never reaches the ledger.
     """
 
     grace_period_s: float = 30.0
@@ -30,6 +32,7 @@ class CoreConfig:
     alert_threshold: int = 5
     max_clock_skew_s: float = 300.0
     processing_grace: bool = True
+    redact_keys: frozenset[str] = DEFAULT_DENY
 
     def __post_init__(self) -> None:
         for name in (

@@ -62,6 +62,7 @@ class FaultLab:
         **overrides: Any,
     ) -> Settings:
         """Worker settings: state under ``tmp/name``; group and ledger shared when named."""
+        (self.tmp / (ledger or name)).mkdir(parents=True, exist_ok=True)  # the chDB parent
         return load_settings(
             kafka_bootstrap_servers=bootstrap or self.bootstrap,
             topic_prefix=self.prefix,
@@ -193,7 +194,7 @@ q = client_query(client)
 ids = [r[0] for r in client.query("SELECT event_id FROM prism.run_events").result_rows]
 stored = client.query("SELECT partition, max(offset) FROM prism.run_events_store "
                       "WHERE source = {t:String} GROUP BY partition", parameters={"t": topic})
-dead = client.query("SELECT partition, offset, code, reason, lower(hex(SHA256(raw))) "
+dead = client.query("SELECT partition, offset, code, reason, sha256 "
                     "FROM prism.dead_letters WHERE source = {t:String}", parameters={"t": topic})
 alerts = client.query("SELECT alert_id, rule, state FROM prism.alerts").result_rows
 report = dict(snapshot=snapshot(q, "prism"), contents=ledger_contents(q, "prism"),
@@ -210,7 +211,14 @@ def ledger_report(settings: Settings, tmp: Path) -> LedgerReport:
     """Read ``settings``' ledger in a child process (no worker may hold it)."""
     out = tmp / f"report-{time.monotonic_ns()}.pickle"
     proc = subprocess.run(
-        [sys.executable, "-c", _REPORT, settings.clickhouse_dsn, settings.topics.input, str(out)],
+        [
+            sys.executable,
+            "-c",
+            _REPORT,
+            settings.clickhouse_dsn.get_secret_value(),
+            settings.topics.input,
+            str(out),
+        ],
         capture_output=True,
         text=True,
         timeout=180,

@@ -39,6 +39,7 @@ def fleet():
 
 
 def _settings(kafka_bootstrap: str, prefix: str, tmp: Path, name: str):
+    (tmp / name).mkdir(parents=True, exist_ok=True)  # a chDB path's parent must exist
     return load_settings(
         kafka_bootstrap_servers=kafka_bootstrap,
         topic_prefix=prefix,
@@ -75,6 +76,7 @@ def test_fleet_through_kafka_matches_manifest_and_file_replay(
 
     path = tmp_path / "fleet.jsonl"
     write_jsonl(fleet, path)
+    (tmp_path / "file").mkdir()
     file_dsn = f"chdb://{tmp_path / 'file' / 'ledger'}"
     out = subprocess.run(
         [

@@ -11,7 +11,14 @@ import pytest
 
 from prism import sinks
 from prism.schemas import LedgerBatch, RunRow
-from prism.sinks import LedgerConfigError, LedgerWriter, MigrationError, SourceRange, migrate
+from prism.sinks import (
+    LedgerConfigError,
+    LedgerWriter,
+    MigrationError,
+    SourceRange,
+    load_migrations,
+    migrate,
+)
 from prism.sinks._tables import columns_of
 from prism.sinks.testing import run_row, turn_row, usage_row
 
@@ -86,7 +93,8 @@ def _write(client: Any, db: str, batch: LedgerBatch, first: int = 0) -> None:
 
 
 def test_migrate_twice_changes_nothing(ch_client: Any, ch_database: str) -> None:
-    assert migrate(ch_client, ch_database) == ["0001_storage", "0002_views", "0003_retractions"]
+    shipped = load_migrations()
+    assert migrate(ch_client, ch_database) == [f"{m.version:04d}_{m.name}" for m in shipped]
     before = _schema(ch_client, ch_database)
     recorded = ch_client.query(
         f"SELECT version, name, checksum, applied_at FROM {ch_database}.schema_migrations "
@@ -99,7 +107,8 @@ def test_migrate_twice_changes_nothing(ch_client: Any, ch_database: str) -> None
         "ORDER BY version"
     ).result_rows
     assert again == recorded
-    assert [r[:2] for r in recorded] == [(1, "storage"), (2, "views")]
+    assert [r[:2] for r in recorded] == [(m.version, m.name) for m in shipped]
+    assert [r[:2] for r in recorded][:2] == [(1, "storage"), (2, "views")]
     names = {r[0] for r in before}
     assert set(sinks.VIEWS) <= names
     assert {"runs_store", "usage_store", "schema_migrations"} <= names
@@ -252,9 +261,11 @@ def test_connect_reuses_the_engine_of_this_process(
 def test_storage_columns_are_the_ledger_row_fields_in_order(
     ch_client: Any, ch_database: str
 ) -> None:
-    """After every migration, each storage table's columns are its row class's fields."""
+    """After every migration, each storage table's columns are its row class's fields (plus
+    the dead letters' raw bytes, kept for rows written before 0004 and filled by no one)."""
     from prism.sinks import STORAGE_TABLES
 
+    retired = {"dead_letters_store": {"raw"}}
     migrate(ch_client, ch_database)
     for table, row_class in STORAGE_TABLES.values():
         names = [
@@ -264,5 +275,6 @@ def test_storage_columns_are_the_ledger_row_fields_in_order(
                 "AND table = {t:String} ORDER BY position",
                 parameters={"db": ch_database, "t": table},
             ).result_rows
+            if str(r[0]) not in retired.get(table, set())
         ]
         assert tuple(names) == columns_of(row_class), table

@@ -31,14 +31,32 @@ PROVISIONING = ROOT / "dashboards" / "provisioning"
 
 PREFIX: str = Settings.model_config["env_prefix"]
 FIELDS = {f"{PREFIX}{name.upper()}": name for name in Settings.model_fields}
-PIPELINE_SERVICES = ("migrate", "worker", "simulator")
+PIPELINE_SERVICES = ("migrate", "grants", "worker", "simulator")
+ENV_EXAMPLE = ROOT / "prism.env.example"
+CLICKHOUSE_CONFIG = ROOT / "deploy" / "clickhouse" / "prism.xml"
 # The ClickHouse server image's own ports (not pipeline settings).
 CLICKHOUSE_PORTS = {"http": 8123, "native": 9000}
 
-# A user who overrides every credential in .env must still get a consistent stack.
+
+def _env_file(path: Path) -> dict[str, str]:
+    """``NAME=value`` lines of an env file (comments and blanks skipped)."""
+    out = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        name, sep, value = line.strip().partition("=")
+        if sep and not name.startswith("#"):
+            out[name.strip()] = value.strip()
+    return out
+
+
+# What a user who copied prism.env.example to .env has; and one who set everything, with
+# passwords holding the characters that used to break a DSN.
+EXAMPLE = _env_file(ENV_EXAMPLE)
 OVERRIDES = {
-    "CLICKHOUSE_USER": "ledger",
-    "CLICKHOUSE_PASSWORD": "s3cret",
+    **EXAMPLE,
+    "CLICKHOUSE_ADMIN_PASSWORD": "adm/in@pw",
+    "CLICKHOUSE_WRITER_PASSWORD": "wr:iter@s3cret",
+    "CLICKHOUSE_READER_PASSWORD": "reader-s3cret",
+    "CLICKHOUSE_GRAFANA_PASSWORD": "gr@fana/s3cret",
     "PRISM_ALERT_WEBHOOK_URL": "https://hooks.example/prism",
 }
 
@@ -127,7 +145,7 @@ def default(field: str) -> Any:
 
 @pytest.fixture(scope="module")
 def compose() -> dict[str, Any]:
-    return load_compose()
+    return load_compose(EXAMPLE)
 
 
 @pytest.fixture(scope="module")
@@ -180,7 +198,7 @@ def test_prism_variables_are_settings_fields() -> None:
             )
 
 
-@pytest.mark.parametrize("env", [{}, OVERRIDES], ids=["defaults", "overrides"])
+@pytest.mark.parametrize("env", [EXAMPLE, OVERRIDES], ids=["example", "overrides"])
 def test_pipeline_containers_load_valid_settings(
     env: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -198,7 +216,8 @@ def test_pipeline_containers_load_valid_settings(
         assert settings.topics == Topics.from_prefix(default("topic_prefix")), name
         assert settings.clickhouse_database == default("clickhouse_database"), name
     # Only the worker delivers alerts, and only to a webhook the user configured.
-    assert loaded["worker"].alert_webhook_url == env.get("PRISM_ALERT_WEBHOOK_URL")
+    webhook = loaded["worker"].alert_webhook_url
+    assert (webhook.get_secret_value() if webhook else None) == env.get("PRISM_ALERT_WEBHOOK_URL")
     assert loaded["migrate"].alert_webhook_url is None
 
 
@@ -239,13 +258,19 @@ def test_kafka_is_one_node_that_fits_the_topic_defaults(services: dict[str, Any]
     assert kafka["KAFKA_LOG_DIRS"] in volumes(services["kafka"])
 
 
-@pytest.mark.parametrize("env", [{}, OVERRIDES], ids=["defaults", "overrides"])
+@pytest.mark.parametrize("env", [EXAMPLE, OVERRIDES], ids=["example", "overrides"])
 def test_clickhouse_dsn_names_the_compose_server(env: dict[str, str]) -> None:
     from prism.sinks import parse_dsn
 
     services = load_compose(env)["services"]
     server = environment(services["clickhouse"])
-    for name in PIPELINE_SERVICES:
+    # Who logs in as whom: the administrator only for DDL, the worker as the writer.
+    expected = {
+        "migrate": (server["CLICKHOUSE_USER"], server["CLICKHOUSE_PASSWORD"]),
+        "grants": (server["CLICKHOUSE_USER"], server["CLICKHOUSE_PASSWORD"]),
+        "worker": ("prism_writer", env["CLICKHOUSE_WRITER_PASSWORD"]),
+    }
+    for name, (user, password) in expected.items():
         target = parse_dsn(environment(services[name])["PRISM_CLICKHOUSE_DSN"] or "")
         assert (target.kind, target.host, target.port) == (
             "http",
@@ -253,14 +278,76 @@ def test_clickhouse_dsn_names_the_compose_server(env: dict[str, str]) -> None:
             CLICKHOUSE_PORTS["http"],
         )
         assert target.database == default("clickhouse_database") == server["CLICKHOUSE_DB"]
-        assert (target.username, target.password) == (
-            server["CLICKHOUSE_USER"],
-            server["CLICKHOUSE_PASSWORD"],
-        )
-    assert server["CLICKHOUSE_USER"] == env.get("CLICKHOUSE_USER", server["CLICKHOUSE_USER"])
+        assert target.password is not None
+        assert (target.username, target.password.get_secret_value()) == (user, password), name
+    assert server["CLICKHOUSE_PASSWORD"] == env["CLICKHOUSE_ADMIN_PASSWORD"]
+    assert "PRISM_CLICKHOUSE_DSN" not in environment(services["simulator"]), "Kafka only"
     assert published(services["clickhouse"]) == {8123: 8123}
     assert "8123/ping" in " ".join(services["clickhouse"]["healthcheck"]["test"])
     assert services["clickhouse"]["ulimits"]["nofile"]["hard"] >= 262144
+
+
+def test_no_credential_is_a_literal_and_a_missing_one_stops_compose() -> None:
+    raw = yaml.safe_load(COMPOSE.read_text(encoding="utf-8"))
+    required = set(re.findall(r"\$\{([A-Z_]+PASSWORD):\?", COMPOSE.read_text(encoding="utf-8")))
+    assert required == {
+        "CLICKHOUSE_ADMIN_PASSWORD", "CLICKHOUSE_WRITER_PASSWORD",
+        "CLICKHOUSE_READER_PASSWORD", "CLICKHOUSE_GRAFANA_PASSWORD", "GRAFANA_ADMIN_PASSWORD",
+    }  # fmt: skip
+    assert required <= set(EXAMPLE), "prism.env.example lists every password compose needs"
+    for name, svc in raw["services"].items():
+        for key, value in environment(svc).items():
+            if "PASSWORD" in key and value is not None:
+                assert re.fullmatch(r"\$\{[A-Z_]+:\?[^}]*\}", value), (name, key, value)
+    for name in required:
+        with pytest.raises(AssertionError, match=f"requires {name}"):
+            load_compose({k: v for k, v in EXAMPLE.items() if k != name})
+
+
+def test_only_the_administrator_manages_access() -> None:
+    from prism.sinks import accounts
+
+    services = load_compose(EXAMPLE)["services"]
+    server = environment(services["clickhouse"])
+    admin = server["CLICKHOUSE_USER"]
+    assert server["CLICKHOUSE_DEFAULT_ACCESS_MANAGEMENT"] == "1" and admin == "prism_admin"
+    grafana = environment(services["grafana"])
+    assert grafana["CLICKHOUSE_USER"] == "prism_grafana" != admin
+    # The grants step creates exactly the accounts the code defines, passwords from .env.
+    grants = environment(services["grants"])
+    assert command(services["grants"]) == ["grants", "--execute"]
+    for account in accounts():
+        assert grants[account.password_env] == EXAMPLE[account.password_env], account.user
+    assert {a.user for a in accounts()} >= {"prism_writer", "prism_reader", "prism_grafana"}
+    # Nothing that runs for long uses the administrator.
+    for name in ("worker", "grafana"):
+        deps = services[name]["depends_on"]
+        assert deps["grants"]["condition"] == "service_completed_successfully", name
+    assert services["grants"]["depends_on"]["migrate"]["condition"] == (
+        "service_completed_successfully"
+    )
+    assert ".env" in (ROOT / ".gitignore").read_text(encoding="utf-8").split()
+
+
+def test_clickhouse_server_has_the_settings_the_accounts_need() -> None:
+    services = load_compose(EXAMPLE)["services"]
+    mounted = volumes(services["clickhouse"])
+    source, read_only = mounted["/etc/clickhouse-server/config.d/prism.xml"]
+    assert (ROOT / source).resolve() == CLICKHOUSE_CONFIG and read_only
+    import xml.etree.ElementTree as ET
+
+    config = ET.parse(CLICKHOUSE_CONFIG).getroot()
+    assert "SQL_" in (config.findtext("custom_settings_prefixes") or "").split(",")
+    improvements = config.find("access_control_improvements")
+    assert improvements is not None
+    for flag in (
+        "settings_constraints_replace_previous",
+        "select_from_system_db_requires_grant",
+    ):
+        assert improvements.findtext(flag) == "true", flag
+    from prism.sinks import TENANT_SETTING
+
+    assert TENANT_SETTING.startswith("SQL_")
 
 
 def _architecture_mounts() -> dict[str, str]:
@@ -300,7 +387,7 @@ def _expand_grafana(text: str, env: Mapping[str, str]) -> str:
     return re.sub(r"\$(?:\{([A-Z]\w*)\}|([A-Z]\w*))", lambda m: env.get(m[1] or m[2], ""), text)
 
 
-@pytest.mark.parametrize("env", [{}, OVERRIDES], ids=["defaults", "overrides"])
+@pytest.mark.parametrize("env", [EXAMPLE, OVERRIDES], ids=["example", "overrides"])
 def test_grafana_gets_every_variable_its_provisioning_reads(env: dict[str, str]) -> None:
     grafana = _grafana_env(env)
     for path in PROVISIONING.rglob("*.y*ml"):
@@ -310,7 +397,7 @@ def test_grafana_gets_every_variable_its_provisioning_reads(env: dict[str, str])
             assert grafana.get(name), f"{path.relative_to(ROOT)} reads ${name}; grafana has none"
 
 
-@pytest.mark.parametrize("env", [{}, OVERRIDES], ids=["defaults", "overrides"])
+@pytest.mark.parametrize("env", [EXAMPLE, OVERRIDES], ids=["example", "overrides"])
 def test_grafana_datasource_reaches_the_compose_clickhouse(env: dict[str, str]) -> None:
     files = sorted((PROVISIONING / "datasources").glob("*.y*ml"))
     if not files:
@@ -332,11 +419,11 @@ def test_grafana_datasource_reaches_the_compose_clickhouse(env: dict[str, str]) 
         assert data["host"] == "clickhouse" and "clickhouse" in services
         assert data["defaultDatabase"] == server["CLICKHOUSE_DB"] == default("clickhouse_database")
         assert data["port"] == CLICKHOUSE_PORTS[data.get("protocol", "native")]
-        assert data["username"] == server["CLICKHOUSE_USER"], (
-            f"datasource {ds['uid']} logs in as {data['username']!r}, compose creates "
-            f"{server['CLICKHOUSE_USER']!r}; use $CLICKHOUSE_USER"
+        assert data["username"] == "prism_grafana" != server["CLICKHOUSE_USER"], (
+            f"datasource {ds['uid']} logs in as {data['username']!r}; Grafana must use the "
+            "read-only prism_grafana account, never the administrator"
         )
-        assert ds["secureJsonData"]["password"] == server["CLICKHOUSE_PASSWORD"]
+        assert ds["secureJsonData"]["password"] == env["CLICKHOUSE_GRAFANA_PASSWORD"]
 
 
 def test_worker_keeps_state_on_a_volume_and_stops_gracefully(

@@ -229,10 +229,10 @@ def test_an_exception_in_the_semantics_dead_letters_that_event_only(
 
     real = _processor.data_of
 
-    def exploding(ev: Any) -> Any:
+    def exploding(ev: Any, *args: Any) -> Any:
         if ev.event_id == "r1-e3":
             raise RuntimeError("bug in the core")
-        return real(ev)
+        return real(ev, *args)
 
     monkeypatch.setattr(_processor, "data_of", exploding)
     b = usage_run()
@@ -256,3 +256,12 @@ def test_rollback_restores_the_state_before_the_step() -> None:
     assert proc.next_offset == 3 and proc.runs["r1"].to_bytes() == before[proc.run_key("r1")]
     again = intake.step(-1, records(b.events[3:], 3), NOW)  # nothing of it was lost
     assert again.stats["applied"] == 3
+
+
+def test_content_in_an_unknown_type_never_reaches_the_ledger() -> None:
+    b = RunBuilder().started()
+    b.add("vendor_trace", {"step": 3, "arguments": {"q": "secret plan"}, "result": "the answer",
+                           "apiKey": "sk-live-1", "nested": {"prompt": "hi", "ok": True}})  # fmt: skip
+    ledger = replay(b.events)
+    [raw] = [e for e in ledger.rows("events") if e.type == "vendor_trace"]
+    assert orjson.loads(raw.payload) == {"step": 3, "nested": {"ok": True}}

@@ -118,8 +118,33 @@ def test_variable_syntaxes_and_formats() -> None:
     assert expand_query("${tenant:sqlstring}", TR, [Variable("tenant", ["o'x"])]) == "'o''x'"
     # the plugin's own formatter: a list is quoted, a single value stays raw
     assert expand_query("$tenant / $run_id", TR, variables) == "'a','b' / run-42"
-    with pytest.raises(MacroError, match="unsupported variable format 'percentencode'"):
-        expand_query("${tenant:percentencode}", TR, variables)
+    with pytest.raises(MacroError, match="unsupported variable format 'lucene'"):
+        expand_query("${tenant:lucene}", TR, variables)
+
+
+@pytest.mark.parametrize(
+    ("value", "encoded"),
+    [
+        ("run-42_a.b~c", "run-42_a.b~c"),
+        ("\\' OR 1=1 -- ", "%5C%27%20OR%201%3D1%20--%20"),
+        ("a'(b)*!", "a%27%28b%29%2A%21"),
+        ("ü;%", "%C3%BC%3B%25"),
+        (["a", "b,c"], "%7Ba%2Cb%2Cc%7D"),  # a list is written {a,b}, then encoded
+    ],
+)
+def test_percentencode_is_grafanas_strict_uri_encoding(
+    value: str | list[str], encoded: str
+) -> None:
+    assert expand_query("${v:percentencode}", TR, [Variable("v", value)]) == encoded
+
+
+def test_grafanas_quote_formats_do_not_escape_backslashes() -> None:
+    """Why the dashboards never use them: a trailing backslash ends the literal early."""
+    hostile = Variable("v", "\\' OR 1=1 -- ")
+    assert expand_query("${v:singlequote}", TR, [hostile]) == "'\\\\' OR 1=1 -- '"
+    assert expand_query("${v:sqlstring}", TR, [hostile]) == "'\\'' OR 1=1 -- '"
+    with pytest.raises(MacroError, match="not valid Unicode"):
+        expand_query("${v:percentencode}", TR, [Variable("v", "\ud800")])
 
 
 def test_unknown_variables_stay_and_builtins_expand() -> None:

@@ -6,8 +6,10 @@ import re
 
 import pytest
 
+from prism.schemas import DeadLetterRow
 from prism.sinks import LedgerConfigError, MigrationError, load_migrations
 from prism.sinks._migrate import render_migrations, render_sql
+from prism.sinks._tables import columns_of
 
 VERSIONED = {
     "runs_store",
@@ -82,6 +84,25 @@ def test_cluster_ddl_is_replicated_and_on_cluster() -> None:
     views = {s.split()[4] for s in statements if s.startswith("CREATE OR REPLACE VIEW")}
     assert len(views) == 9
     assert all(v.startswith("prism.") for v in views)
+
+
+_ADD_RE = re.compile(r"ADD COLUMN IF NOT EXISTS (\w+) .*? AFTER (\w+)")
+
+
+def test_dead_letters_keep_a_preview_not_the_bytes() -> None:
+    statements = _all_statements()
+    body = _creates(statements)["dead_letters_store"].split("(\n", 1)[1].split("\n)\nENGINE")[0]
+    columns = [line.split()[0] for line in body.splitlines() if line.strip()]
+    for st in statements:
+        if st.startswith("ALTER TABLE prism.dead_letters_store "):
+            for name, after in _ADD_RE.findall(st):
+                columns.insert(columns.index(after) + 1, name)
+    # The row's fields, then the retired raw bytes (kept for rows of older ledgers).
+    assert columns == [*columns_of(DeadLetterRow)[:-1], "raw", "received_at"]
+    # The last definition of the view wins: it shows what is kept, never the raw bytes.
+    view = [s for s in statements if s.startswith("CREATE OR REPLACE VIEW prism.dead_letters ")][-1]
+    assert "raw" not in view.split(" AS", 1)[1]
+    assert "size, sha256, preview" in view
 
 
 @pytest.mark.parametrize(
