@@ -260,8 +260,9 @@ def test_rollback_restores_the_state_before_the_step() -> None:
 
 def test_content_in_an_unknown_type_never_reaches_the_ledger() -> None:
     b = RunBuilder().started()
-    b.add("vendor_trace", {"step": 3, "arguments": {"q": "secret plan"}, "result": "the answer",
-                           "apiKey": "sk-live-1", "nested": {"prompt": "hi", "ok": True}})  # fmt: skip
+    data = {"step": 3, "arguments": {"q": "secret plan"}, "result": "the answer",
+            "apiKey": "sk-live-1", "nested": {"prompt": "hi", "ok": True}}  # fmt: skip
+    b.add("vendor_trace", data)
     ledger = replay(b.events)
     [raw] = [e for e in ledger.rows("events") if e.type == "vendor_trace"]
     assert orjson.loads(raw.payload) == {"step": 3, "nested": {"ok": True}}
