@@ -7,8 +7,15 @@ run last wrote to the ledger is remembered per event (``emitted``) and per turn
 (``turns``), so a later change re-states exactly the rows it affects, with a higher
 version.
 
-A closed run without gaps shrinks to a tombstone: the facts go, what recognises
-duplicates (hashes of every event id seen), the owner and the terminal stay.
+A closed run without gaps shrinks to a tombstone (once the grace period has passed): the
+facts go, what recognises duplicates (hashes of every event id seen), the owner and the
+terminal stay.
+
+Why facts are plain dicts in wire vocabulary rather than the pydantic event models: they
+are the persisted state (JSON in the changelogged table and in ``ingest_state``), read
+back on every restart and rebalance, and the rules (``_classify``, ``_timeline``) read
+schemas/CONTRACT.md's camelCase fields directly; the typed models stay at the boundary
+(``Delivery.event`` is an ``AgentEvent``), where parsing validated them once.
 """
 
 from __future__ import annotations
