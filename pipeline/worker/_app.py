@@ -126,7 +126,7 @@ class PipelineWorker:
                 if not self._stopping:
                     raise
                 return  # stopping while the ledger is down: nothing acknowledged
-            except BaseException:
+            except Exception:  # not cancellation: faust stops agents by cancelling them
                 die("an unexpected error in the worker's batch step", log)
 
     async def handle_batch(self, events: Sequence[Any]) -> None:
