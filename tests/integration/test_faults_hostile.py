@@ -45,7 +45,7 @@ def test_a_hostile_fleet_gives_the_manifest_through_kafka_and_the_file_path(lab:
     f = lab.settings("file")
     out = subprocess.run(
         [sys.executable, "-m", "prism.pipeline.cli", "ingest-file", str(jsonl),
-         "--clickhouse", f.clickhouse_dsn, "--no-progress"],
+         "--clickhouse", f.clickhouse_dsn.get_secret_value(), "--no-progress"],
         capture_output=True, text=True, timeout=300, check=False, env=dict(os.environ),
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
