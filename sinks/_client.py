@@ -244,6 +244,8 @@ def _chdb_client(dsn: str, target: DsnTarget) -> Client:
         if cached is not None and cached.ping():
             return cached
         _chdb_clients.pop(path, None)
+        if path != _MEMORY:  # a bad path is named first, whatever else this process holds
+            _check_engine_dir(Path(path))
         others = [p for p, c in _chdb_clients.items() if c.ping()]
         if others:
             raise LedgerConfigError(_one_engine_message(others[0], path))
@@ -273,8 +275,8 @@ def _chdb_client(dsn: str, target: DsnTarget) -> Client:
         return client
 
 
-def _prepare_engine_dir(path: Path) -> None:
-    """Create the engine directory; its parent must exist unless it is under the working dir."""
+def _check_engine_dir(path: Path) -> None:
+    """A usable engine directory: not a file; its parent exists unless under the working dir."""
     if path.exists() and not path.is_dir():
         raise LedgerConfigError(f"chDB path {str(path)!r} is a file; name a directory")
     parent = path.parent
@@ -283,6 +285,10 @@ def _prepare_engine_dir(path: Path) -> None:
             f"the parent directory {str(parent)!r} of the chDB path {str(path)!r} does not "
             "exist; create it first (mkdir -p) or fix the DSN"
         )
+
+
+def _prepare_engine_dir(path: Path) -> None:
+    """Create the engine directory (checked by ``_check_engine_dir``) and probe it."""
     try:
         path.mkdir(parents=True, exist_ok=True)
         probe = path / ".prism-write-check"

@@ -225,10 +225,10 @@ class Processor:
             reason = "conflicting_terminal" if terminal else "post_terminal"
         else:
             reason = DUPLICATE_SEQ
-        run.revision += 1
+        run.arrivals += 1
         out.ledger.quarantine.append(
             quarantine_row(
-                run.run_id, event_id, fact, tb.meta, reason, version=run.revision, retracted=False
+                run.run_id, event_id, fact, tb.meta, reason, version=run.version, retracted=False
             )
         )
         out.quarantined.append(quarantine_record(run.run_id, event_id, fact, reason))
@@ -239,8 +239,7 @@ class Processor:
     def _settle(self, run: RunState, now: float, out: Output) -> None:
         """Classify the run's events and write what changed since it was last written."""
         cls = classify(run.facts)
-        run.revision += 1
-        version = run.revision
+        version = run.version
         owner = {k: cls.meta.get(k) for k in OWNER_FIELDS}
         owner_sig = [owner[k] for k in OWNER_FIELDS]
         fresh = False
@@ -425,7 +424,6 @@ class Processor:
         self._save(run.run_id)
         self._open.discard(run.run_id)
         run.incomplete = True
-        run.revision += 1
         self._retire.append((self.clock.watermark_us, run.run_id))
         out.ledger.runs.append(run_row(run, view_of(run, classify(run.facts)), timeline=True))
         out.stats["incomplete"] += 1

@@ -138,11 +138,21 @@ class RunState:
     closed: bool = False
     closed_wm_us: int | None = None
     clock_skew: bool = False
-    revision: int = 0
     arrivals: int = 0  # distinct events seen, numbering each fact's arrival
     last_us: int | None = None  # latest event time among accepted events
     alerts: dict[str, str] = field(default_factory=dict)  # alert rule -> state emitted
     tombstone: Tombstone | None = None
+
+    @property
+    def version(self) -> int:
+        """The version of the rows the run writes now: a function of what it has seen.
+
+        It grows with every distinct event (rows change only when one arrives), then with
+        the close and the stale mark, so it never depends on how the events were split into
+        batches: a worker that takes over a partition and replays a batch the dead worker
+        had written never writes a lower version than the rows already stored.
+        """
+        return self.arrivals * 4 + (2 if self.closed else 0) + (1 if self.incomplete else 0)
 
     def knows(self, event_id: str) -> bool:
         """Whether this event id was seen before (a re-delivery: it changes nothing)."""
@@ -185,7 +195,6 @@ class RunState:
                 "c": self.closed,
                 "cw": self.closed_wm_us,
                 "sk": self.clock_skew,
-                "v": self.revision,
                 "n": self.arrivals,
                 "lu": self.last_us,
                 "a": self.alerts,
@@ -206,7 +215,6 @@ class RunState:
             closed=d["c"],
             closed_wm_us=d["cw"],
             clock_skew=d["sk"],
-            revision=d["v"],
             arrivals=d["n"],
             last_us=d["lu"],
             alerts=d["a"],

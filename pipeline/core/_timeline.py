@@ -228,7 +228,7 @@ def run_row(run: RunState, view: RunView, *, timeline: bool) -> RunRow:
         max_seq=view.cls.accepted[-1][0] if view.cls.accepted else -1,
         closed=run.closed,
         timeline=orjson.dumps(closed_record(run, view)).decode() if timeline else "",
-        version=run.revision,
+        version=run.version,
     )
 
 
