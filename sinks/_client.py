@@ -246,11 +246,10 @@ def _chdb_client(dsn: str, target: DsnTarget) -> Client:
         _chdb_clients.pop(path, None)
         if path != _MEMORY:  # a bad path is named first, whatever else this process holds
             _check_engine_dir(Path(path))
+            _prepare_engine_dir(Path(path))
         others = [p for p, c in _chdb_clients.items() if c.ping()]
         if others:
             raise LedgerConfigError(_one_engine_message(others[0], path))
-        if path != _MEMORY:
-            _prepare_engine_dir(Path(path))
         try:
             client = clickhouse_connect.get_client(
                 interface="chdb",
