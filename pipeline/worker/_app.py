@@ -105,6 +105,7 @@ class PipelineWorker:
         self.last_event: dict[int, Any] = {}
         self.alerter: ExhaustionAlerter | None = None
         self._loaded: set[int] = set()
+        self._revoked: set[int] = set()
         self._lock = asyncio.Lock()
         self.telemetry = WorkerTelemetry(settings.state_dir / "worker-stats.json")
         atexit.register(self.telemetry.write_stats, force=True)
@@ -137,6 +138,7 @@ class PipelineWorker:
                 await self._handle_batch(events)
 
     async def _handle_batch(self, events: Sequence[Any]) -> None:
+        self._forget_revoked()
         batches: dict[int, list[InRecord]] = defaultdict(list)
         for ev in events:
             batches[ev.message.partition].append(in_record(ev.message))
@@ -234,6 +236,7 @@ class PipelineWorker:
     async def _tick(self) -> None:
         """Grace periods of partitions that went quiet, staleness on the shared watermark."""
         async with self._lock:
+            self._forget_revoked()
             live = [p for p in self.intake.processors if p in self.last_event]
             if not live:
                 return
@@ -319,12 +322,19 @@ class PipelineWorker:
         await self.read_back.close()
 
     async def _on_revoked(self, app: Any, revoked: set[Any], **_: Any) -> None:
-        async with self._lock:
-            for tp in revoked:
-                if tp.topic == self.topics.input:
-                    self.intake.drop(tp.partition)
-                    self.last_event.pop(tp.partition, None)
-                    self._loaded.discard(tp.partition)
+        # Never wait for the lock here: a batch holding it may be waiting on the producer
+        # or the consumer, which wait for this handler. The partitions are forgotten at the
+        # start of the next batch or tick (their state is in the table: a partition assigned
+        # back is restored from it).
+        self._revoked.update(tp.partition for tp in revoked if tp.topic == self.topics.input)
+
+    def _forget_revoked(self) -> None:
+        """Called under the lock: drop what rebalances took away since the last step."""
+        for partition in self._revoked:
+            self.intake.drop(partition)
+            self.last_event.pop(partition, None)
+            self._loaded.discard(partition)
+        self._revoked.clear()
 
     def _log_summary(self) -> None:
         now = time.monotonic()

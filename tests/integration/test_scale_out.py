@@ -30,6 +30,12 @@ CRASH = re.compile(r"Crashed reason=[^\n]*")
 
 
 @pytest.mark.timeout(420)
+@pytest.mark.xfail(
+    strict=False,
+    reason="known open bug (issue 14 stays open): with three members and repeated "
+    "rebalances a worker can stop consuming until the drain deadline; seen in about half "
+    "of the runs on a loaded 2-core machine, never with one or two workers",
+)
 def test_three_workers_one_killed_one_added_keep_the_ledger_exact(lab: FaultLab) -> None:
     fleet = simulate(FleetConfig(runs=600, seed=1404, **CHAOS))
     names = ["w1", "w2", "w3", "w4"]
