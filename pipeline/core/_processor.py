@@ -13,15 +13,13 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any
-
-import orjson
 
 from prism.schemas import is_terminal_agent_event_type
 
 from ._alerts import RULE_STALE, alert_record, stale_alert
 from ._classify import DUPLICATE_SEQ, TENANT_MISMATCH, classify
+from ._keyed import KeyedProcessor
 from ._rows import (
     OWNER_FIELDS,
     data_of,
@@ -37,75 +35,47 @@ from ._types import CoreConfig, Delivery, EventClock, LimitDeath, Output, OutRec
 
 __all__ = ["Processor"]
 
-_RUN_PREFIX = "r\x1f"
-_META_PREFIX = "m\x1f"
 _US = 1_000_000
 
 
-@dataclass(slots=True)
-class _Tx:
-    """What changed since ``begin``: each run as it was before its first change."""
-
-    runs: dict[str, RunState | None] = field(default_factory=dict)
-    watermark_us: int = 0  # this partition's mark on the shared clock
-    next_offset: int | None = None
-    last_scan_us: int = 0
-
-
-class Processor:
+class Processor(KeyedProcessor[RunState]):
     """Pure run semantics for one partition; state is a dict of ``RunState`` by run id."""
+
+    ITEM_PREFIX = "r"
+    META_PREFIX = "m"
 
     def __init__(
         self, config: CoreConfig | None = None, partition: int = -1, clock: EventClock | None = None
     ) -> None:
-        self.config = config or CoreConfig()
-        self.partition = partition
-        self.clock = clock or EventClock(self.config.max_clock_skew_s)
-        self.runs: dict[str, RunState] = {}
-        self.next_offset: int | None = None  # next source offset to process (set by the shell)
+        super().__init__(config, partition, clock)
+        self.runs: dict[str, RunState] = self.items
         self._pending_close: set[str] = set()  # terminal known, closed record not yet emitted
         self._open: set[str] = set()  # no terminal, not incomplete
         self._retire: deque[tuple[int, str]] = deque()  # (watermark when closed/incomplete, id)
         self._shrink: deque[tuple[int, str]] = deque()  # (watermark to shrink at, run id)
-        self._last_scan_us = 0
-        self._dirty: set[str] = set()
-        self._dropped: set[str] = set()
-        self._tx: list[_Tx] = []
 
     @property
     def _grace_us(self) -> int:
         return int(self.config.grace_period_s * _US)
 
-    @property
-    def watermark_us(self) -> int:
-        return self.clock.watermark_us
-
-    # -- state --------------------------------------------------------------------------
-    @property
-    def meta_key(self) -> str:
-        return f"{_META_PREFIX}{self.partition}"
-
     def run_key(self, run_id: str) -> str:
         """State key of a run; it names the partition so a shared table can be split again."""
-        return f"{_RUN_PREFIX}{self.partition}\x1f{run_id}"
+        return self.item_key(run_id)
 
-    def owns_key(self, key: str) -> bool:
-        """Whether a state key belongs to this partition's processor."""
-        kind, _, rest = key.partition("\x1f")
-        return rest.split("\x1f", 1)[0] == str(self.partition) and kind in ("r", "m")
+    # -- KeyedProcessor hooks -------------------------------------------------------------
+    def _copy(self, item: RunState) -> RunState:
+        return item.copy()
 
-    def load(self, items: Iterable[tuple[str, bytes]]) -> None:
-        """Restore state written earlier by ``Output.state_writes`` (e.g. from a changelog)."""
-        for key, value in items:
-            if key.startswith(_RUN_PREFIX):
-                self._index(RunState.from_bytes(value))
-            elif key == self.meta_key:
-                meta = orjson.loads(value)
-                mark = max(self.clock.mark(self.partition), meta["wm"])
-                self.clock.set_mark(self.partition, mark)
-                self.next_offset = meta.get("no")
+    def _decode(self, raw: bytes) -> RunState:
+        return RunState.from_bytes(raw)
+
+    def _loaded(self) -> None:
         self._retire = deque(sorted(self._retire))
         self._shrink = deque(sorted(self._shrink))
+
+    def _unindex(self, key: str) -> None:
+        self._pending_close.discard(key)
+        self._open.discard(key)
 
     def _index(self, run: RunState) -> None:
         self.runs[run.run_id] = run
@@ -121,49 +91,6 @@ class Processor:
                 self._shrink.append((run.closed_wm_us + self._grace_us, run.run_id))
         elif run.incomplete and run.last_us is not None:
             self._retire.append((run.last_us, run.run_id))
-
-    # -- transactions (poison isolation) ------------------------------------------------
-    def begin(self) -> None:
-        """Start remembering changes, so ``rollback`` can undo them; transactions nest."""
-        self._tx.append(
-            _Tx(
-                watermark_us=self.clock.mark(self.partition),
-                next_offset=self.next_offset,
-                last_scan_us=self._last_scan_us,
-            )
-        )
-
-    def commit(self) -> None:
-        """Keep the changes since the matching ``begin``."""
-        done = self._tx.pop()
-        if self._tx:
-            outer = self._tx[-1].runs
-            for run_id, before in done.runs.items():
-                outer.setdefault(run_id, before)
-
-    def rollback(self) -> None:
-        """Undo every change since the matching ``begin`` (its outputs must not be used)."""
-        tx = self._tx.pop()
-        for run_id, before in tx.runs.items():
-            self._pending_close.discard(run_id)
-            self._open.discard(run_id)
-            self._dirty.discard(run_id)
-            self._dropped.discard(run_id)
-            if before is None:
-                self.runs.pop(run_id, None)
-            else:
-                self._index(before)
-        self.clock.set_mark(self.partition, tx.watermark_us)
-        self.next_offset = tx.next_offset
-        self._last_scan_us = tx.last_scan_us
-
-    def _save(self, run_id: str) -> None:
-        """Called before a run changes: inside a transaction, keep a copy of it as it was."""
-        if self._tx:
-            saved = self._tx[-1].runs
-            if run_id not in saved:
-                run = self.runs.get(run_id)
-                saved[run_id] = None if run is None else run.copy()
 
     # -- the batch ----------------------------------------------------------------------
     def process(self, deliveries: Iterable[Delivery], now: float) -> Output:
@@ -391,11 +318,7 @@ class Processor:
                 _, run_id = self._retire.popleft()
                 gone = self.runs.get(run_id)
                 if gone is not None and self._retired(gone, expire):
-                    self._save(run_id)
-                    del self.runs[run_id]
-                    self._open.discard(run_id)
-                    self._dirty.discard(run_id)
-                    self._dropped.add(run_id)
+                    self._drop(run_id)
 
     def _maybe_shrink(self, run_id: str) -> None:
         """A run closed for longer than the grace period, with no gap: keep a tombstone only.
@@ -447,16 +370,3 @@ class Processor:
         run.alerts[RULE_STALE] = state
         out.ledger.alerts.append(row)
         out.alerts.append(alert_record(row))
-
-    def _finish(self, out: Output) -> Output:
-        writes = out.state_writes
-        for run_id in self._dirty:
-            writes[self.run_key(run_id)] = self.runs[run_id].to_bytes()
-        for run_id in self._dropped:
-            writes[self.run_key(run_id)] = None
-        writes[self.meta_key] = orjson.dumps(
-            {"wm": self.clock.mark(self.partition), "no": self.next_offset}
-        )
-        self._dirty.clear()
-        self._dropped.clear()
-        return out

@@ -1,0 +1,186 @@
+"""What every per-partition processor shares: keyed state, nested transactions, state writes.
+
+A processor keeps one state object per key (a run, a channel operation) for one source
+partition (or a file). ``begin`` / ``commit`` / ``rollback`` nest: a rollback restores each
+key changed since its ``begin`` (copy-on-write: ``_save`` copies a key's state before its
+first change), the partition's mark on the shared ``EventClock``, the next source offset and
+the time of the last scan. ``_finish`` turns what changed into ``Output.state_writes``
+(keys naming the partition, so a shared changelogged table can be split again) plus the
+partition's meta record (its watermark mark and next offset).
+
+Subclasses say how a state is copied, decoded and indexed (``_copy``, ``_decode``,
+``_index``, ``_unindex``) and which key prefixes they own (``ITEM_PREFIX``, ``META_PREFIX``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import ClassVar, Generic, Protocol, TypeVar
+
+import orjson
+
+from ._types import CoreConfig, EventClock, Output
+
+__all__ = ["KeyedProcessor"]
+
+
+class _State(Protocol):
+    def to_bytes(self) -> bytes: ...
+
+
+S = TypeVar("S", bound=_State)
+
+
+@dataclass(slots=True)
+class _Tx(Generic[S]):
+    """What changed since ``begin``: each key's state as it was before its first change."""
+
+    items: dict[str, S | None] = field(default_factory=dict)
+    watermark_us: int = 0  # this partition's mark on the shared clock
+    next_offset: int | None = None
+    last_scan_us: int = 0
+
+
+class KeyedProcessor(Generic[S]):
+    """Keyed state of one partition with nested transactions; see the module docstring."""
+
+    ITEM_PREFIX: ClassVar[str] = "r"
+    META_PREFIX: ClassVar[str] = "m"
+
+    def __init__(
+        self, config: CoreConfig | None = None, partition: int = -1, clock: EventClock | None = None
+    ) -> None:
+        self.config = config or CoreConfig()
+        self.partition = partition
+        self.clock = clock or EventClock(self.config.max_clock_skew_s)
+        self.items: dict[str, S] = {}
+        self.next_offset: int | None = None  # next source offset to process (set by the shell)
+        self._last_scan_us = 0
+        self._dirty: set[str] = set()
+        self._dropped: set[str] = set()
+        self._tx: list[_Tx[S]] = []
+
+    @property
+    def watermark_us(self) -> int:
+        return self.clock.watermark_us
+
+    # -- subclass hooks -----------------------------------------------------------------
+    def _copy(self, item: S) -> S:
+        raise NotImplementedError
+
+    def _decode(self, raw: bytes) -> S:
+        raise NotImplementedError
+
+    def _index(self, item: S) -> None:
+        """Put a (restored or reverted) state in ``items`` and the subclass's indexes."""
+        raise NotImplementedError
+
+    def _unindex(self, key: str) -> None:
+        """Take a key out of the subclass's indexes (before a rollback restores it)."""
+
+    # -- state keys -----------------------------------------------------------------------
+    @property
+    def meta_key(self) -> str:
+        return f"{self.META_PREFIX}\x1f{self.partition}"
+
+    def item_key(self, key: str) -> str:
+        """State key of an item; it names the partition so a shared table can be split again."""
+        return f"{self.ITEM_PREFIX}\x1f{self.partition}\x1f{key}"
+
+    def owns_key(self, key: str) -> bool:
+        """Whether a state key belongs to this partition's processor."""
+        kind, _, rest = key.partition("\x1f")
+        return rest.split("\x1f", 1)[0] == str(self.partition) and kind in (
+            self.ITEM_PREFIX,
+            self.META_PREFIX,
+        )
+
+    def load(self, items: Iterable[tuple[str, bytes]]) -> None:
+        """Restore state written earlier by ``Output.state_writes`` (e.g. from a changelog).
+
+        Keys of other kinds (another processor's) are ignored.
+        """
+        prefix = f"{self.ITEM_PREFIX}\x1f"
+        for key, value in items:
+            if key.startswith(prefix):
+                self._index(self._decode(value))
+            elif key == self.meta_key:
+                meta = orjson.loads(value)
+                mark = max(self.clock.mark(self.partition), meta["wm"])
+                self.clock.set_mark(self.partition, mark)
+                self.next_offset = meta.get("no")
+                self._load_meta(meta)
+        self._loaded()
+
+    def _load_meta(self, meta: dict[str, object]) -> None:
+        """Subclass fields kept in the meta record (see ``_meta``)."""
+
+    def _meta(self) -> dict[str, object]:
+        return {}
+
+    def _loaded(self) -> None:
+        """Called once ``load`` has indexed every state (e.g. to sort time queues)."""
+
+    # -- transactions (poison isolation) ------------------------------------------------
+    def begin(self) -> None:
+        """Start remembering changes, so ``rollback`` can undo them; transactions nest."""
+        self._tx.append(
+            _Tx(
+                watermark_us=self.clock.mark(self.partition),
+                next_offset=self.next_offset,
+                last_scan_us=self._last_scan_us,
+            )
+        )
+
+    def commit(self) -> None:
+        """Keep the changes since the matching ``begin``."""
+        done = self._tx.pop()
+        if self._tx:
+            outer = self._tx[-1].items
+            for key, before in done.items.items():
+                outer.setdefault(key, before)
+
+    def rollback(self) -> None:
+        """Undo every change since the matching ``begin`` (its outputs must not be used)."""
+        tx = self._tx.pop()
+        for key, before in tx.items.items():
+            self._unindex(key)
+            self._dirty.discard(key)
+            self._dropped.discard(key)
+            if before is None:
+                self.items.pop(key, None)
+            else:
+                self._index(before)
+        self.clock.set_mark(self.partition, tx.watermark_us)
+        self.next_offset = tx.next_offset
+        self._last_scan_us = tx.last_scan_us
+
+    def _save(self, key: str) -> None:
+        """Called before a key changes: inside a transaction, keep a copy of it as it was."""
+        if self._tx:
+            saved = self._tx[-1].items
+            if key not in saved:
+                item = self.items.get(key)
+                saved[key] = None if item is None else self._copy(item)
+
+    def _drop(self, key: str) -> None:
+        """Forget a key for good (retention): its state key is deleted at ``_finish``."""
+        self._save(key)
+        del self.items[key]
+        self._unindex(key)
+        self._dirty.discard(key)
+        self._dropped.add(key)
+
+    def _finish(self, out: Output) -> Output:
+        """Record the state writes of what changed (and the meta record) in ``out``."""
+        writes = out.state_writes
+        for key in self._dirty:
+            writes[self.item_key(key)] = self.items[key].to_bytes()
+        for key in self._dropped:
+            writes[self.item_key(key)] = None
+        meta = {"wm": self.clock.mark(self.partition), "no": self.next_offset, **self._meta()}
+        writes[self.meta_key] = orjson.dumps(meta)
+        self._dirty.clear()
+        self._dropped.clear()
+        return out
