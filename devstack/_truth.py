@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from ._channel_checks import channel_checks
+
 __all__ = ["Check", "compare", "render", "unread_sections"]
 
 # Manifest sections read here, and those that only describe the fleet (nothing to compare).
@@ -34,6 +36,7 @@ _READ = {
     "counts",
     "guardrails",
     "alerts",
+    "channels",
 }
 _DESCRIPTIVE = {"version", "params", "watermark", "injected"}
 _TOKENS = (
@@ -345,6 +348,8 @@ def compare(
 
     out = _runs(rows, database, manifest) + _usage(rows, database, manifest)
     out += _rejects(rows, database, manifest, events)
+    if manifest.get("channels"):
+        out += channel_checks(rows, database, manifest["channels"], _diff)
     return out + _alerts(rows, database, manifest)
 
 

@@ -1,5 +1,8 @@
 """The file replayer: JSONL envelopes -> the shared intake step -> the same ledger, no Kafka.
 
+A file may mix agent events and channel-operation records: the intake dispatches on each
+line's ``schema``.
+
 For backfills, debugging and reproducible results. Lines go through ``core.Intake`` like
 Kafka records do (a line number is the offset, partition -1); malformed lines become
 dead-letter rows with their line number. At the end every run whose terminal arrived is
@@ -68,8 +71,18 @@ class IngestSummary:
                 f"dead letters:    {render_counts(self.stats, 'dlq')}",
                 f"quarantined:     {render_counts(self.stats, 'quarantine')}",
                 f"alerts:          {self.alerts}",
+                *self._channel_lines(),
             ]
         )
+
+    def _channel_lines(self) -> list[str]:
+        """Channel-operation counts, when the input had any."""
+        if not self.stats["channel.records"]:
+            return []
+        return [
+            f"channel records: {self.stats['channel.records']} "
+            f"(denied {self.stats['channel.denied']}, stuck {self.stats['channel.stuck']})"
+        ]
 
 
 def iter_lines(stream: BinaryIO, max_bytes: int = MAX_EVENT_BYTES) -> Iterator[bytes]:
@@ -113,13 +126,13 @@ def ingest_lines(
     config = config or CoreConfig(processing_grace=False)
     alerter = ExhaustionAlerter(config.alert_window_s, config.alert_threshold)
     intake = Intake(config, max_event_bytes=max_event_bytes, alerter=alerter)
-    proc = intake.processor(FILE_PARTITION)
+    intake.processor(FILE_PARTITION)
     if state is not None:
         saved = dict(state.load())
         raw = saved.pop(_ALERTER_KEY, None)
         if raw:
             intake.alerter = alerter = ExhaustionAlerter.from_bytes(raw)
-        proc.load(saved.items())
+        intake.load(FILE_PARTITION, saved.items())
     summary = IngestSummary()
     statuses: dict[str, str] = {}
 

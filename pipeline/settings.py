@@ -240,6 +240,7 @@ class Settings(BaseSettings):
             max_clock_skew_s=self.max_clock_skew_seconds,
             processing_grace=processing_grace,
             redact_keys=self.redact_keys,
+            channel_stuck_s=self.channel_stuck_seconds,
         )
 
     def aiokafka_kwargs(self) -> dict[str, Any]:

@@ -21,6 +21,10 @@ from decimal import Decimal
 
 __all__ = [
     "AlertRow",
+    "ChannelDenialRow",
+    "ChannelOperationRow",
+    "ChannelQuarantineRow",
+    "ChannelWatermarkRow",
     "DeadLetterRow",
     "LedgerBatch",
     "QuarantineRow",
@@ -239,6 +243,85 @@ class AlertRow:
 
 
 @dataclass(slots=True)
+class ChannelOperationRow:
+    """One channel operation's latest state (``channel_operations_store``, key ``operation_id``).
+
+    ``version`` grows with the distinct records the operation has seen (and the stuck
+    mark), never with how they were batched. ``stuck``: ``executing`` for longer than
+    ``PRISM_CHANNEL_STUCK_SECONDS`` of event time. ``state`` is None while no record of the
+    operation is a legal first state (e.g. ``executing`` arrived before ``admitted``).
+    """
+
+    operation_id: str
+    connection_id: str
+    tenant_id: str | None
+    kind: str  # message|command|approval|notify
+    state: str | None
+    reason: str | None
+    run_id: str | None
+    session_id: str | None
+    agent_id: str | None
+    first_ts: datetime
+    last_ts: datetime
+    since: datetime  # when the current state was entered
+    admitted_at: datetime | None
+    delivered_at: datetime | None
+    stuck: bool
+    transitions: int  # accepted records (legal transitions)
+    version: int
+
+
+@dataclass(slots=True)
+class ChannelDenialRow:
+    """One accepted ``denied`` admission (``channel_denials_store``, key ``event_id``)."""
+
+    event_id: str
+    operation_id: str | None  # None: a denial without an operation (keyed by connection)
+    ts: datetime
+    connection_id: str
+    tenant_id: str | None
+    kind: str
+    reason: str
+    version: int
+    retracted: bool = False
+
+
+@dataclass(slots=True)
+class ChannelQuarantineRow:
+    """A valid channel record rejected by the operation semantics (``channel_quarantine_store``).
+
+    Key ``event_id``; ``reason`` is ``illegal_transition`` or ``duplicate_seq``. A record
+    that becomes legal once a lower ``seq`` arrives is written again ``retracted``.
+    """
+
+    event_id: str
+    operation_id: str
+    seq: int
+    state: str
+    ts: datetime
+    connection_id: str
+    tenant_id: str | None
+    reason: str
+    payload: str  # JSON of the whole record
+    source: str
+    partition: int
+    offset: int
+    received_at: datetime
+    version: int
+    retracted: bool = False
+
+
+@dataclass(slots=True)
+class ChannelWatermarkRow:
+    """The pipeline's event-time watermark as the channel semantics saw it
+    (``channel_watermark_store``): open items' ages are measured against its highest value."""
+
+    key: str
+    watermark: datetime
+    version: int  # the watermark in microseconds: the highest row wins
+
+
+@dataclass(slots=True)
 class LedgerBatch:
     """All rows produced for one input batch; the writer inserts one INSERT per non-empty table."""
 
@@ -249,6 +332,10 @@ class LedgerBatch:
     quarantine: list[QuarantineRow] = field(default_factory=list)
     dead_letters: list[DeadLetterRow] = field(default_factory=list)
     alerts: list[AlertRow] = field(default_factory=list)
+    channel_operations: list[ChannelOperationRow] = field(default_factory=list)
+    channel_denials: list[ChannelDenialRow] = field(default_factory=list)
+    channel_quarantine: list[ChannelQuarantineRow] = field(default_factory=list)
+    channel_watermarks: list[ChannelWatermarkRow] = field(default_factory=list)
 
     def extend(self, other: LedgerBatch) -> None:
         for name in self.__dataclass_fields__:

@@ -134,6 +134,10 @@ def _placeholder(account: Account) -> str:
     return "'${" + account.password_env + "}'"
 
 
+# Stores without a tenant whose named rows every tenant may read (no tenant data in them).
+_SHARED_ROWS = {"channel_watermark_store": "key = 'pipeline'"}
+
+
 def grants_sql(
     database: str = "prism",
     *,
@@ -206,6 +210,8 @@ def grants_sql(
             if table in tenant_stores
             else f"{tenant} = '{ALL_TENANTS}'"  # no trusted tenant: all-tenant readers only
         )
+        if table in _SHARED_ROWS:  # pipeline-wide rows every tenant's panels need
+            condition += f" OR {_SHARED_ROWS[table]}"
         out.append(
             f"CREATE ROW POLICY OR REPLACE prism_tenant{on} ON {db}.{table} "
             f"FOR SELECT USING {condition} AS PERMISSIVE TO {grafana_role}"

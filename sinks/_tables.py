@@ -7,6 +7,10 @@ from typing import Any
 
 from prism.schemas import (
     AlertRow,
+    ChannelDenialRow,
+    ChannelOperationRow,
+    ChannelQuarantineRow,
+    ChannelWatermarkRow,
     DeadLetterRow,
     QuarantineRow,
     RawEventRow,
@@ -26,6 +30,10 @@ STORAGE_TABLES: dict[str, tuple[str, type[Any]]] = {
     "quarantine": ("quarantine_store", QuarantineRow),
     "dead_letters": ("dead_letters_store", DeadLetterRow),
     "alerts": ("alerts_store", AlertRow),
+    "channel_operations": ("channel_operations_store", ChannelOperationRow),
+    "channel_denials": ("channel_denials_store", ChannelDenialRow),
+    "channel_quarantine": ("channel_quarantine_store", ChannelQuarantineRow),
+    "channel_watermarks": ("channel_watermark_store", ChannelWatermarkRow),
 }
 
 # The names users query (views over the storage tables).
@@ -39,6 +47,11 @@ VIEWS: tuple[str, ...] = (
     "dead_letters",
     "alerts",
     "billing_usage",
+    "channel_operations",
+    "channel_open_items",
+    "channel_denials",
+    "channel_quarantine",
+    "guardrail_denials",
 )
 
 

@@ -24,6 +24,10 @@ from ._alerts import (
     decode_alerter_input,
     watermark_record,
 )
+from ._channel_state import DUPLICATE_SEQ as _DUPLICATE_SEQ
+from ._channel_state import ILLEGAL_TRANSITION as _ILLEGAL_TRANSITION
+from ._channel_state import OperationState, judge
+from ._channels import WATERMARK_KEY, ChannelProcessor
 from ._classify import QUARANTINE_REASONS, Classified, classify, seq_gaps
 from ._intake import (
     InRecord,
@@ -37,10 +41,16 @@ from ._processor import Processor
 from ._run import RunState
 from ._types import CoreConfig, Delivery, EventClock, LimitDeath, Output, OutRecord
 
+CHANNEL_QUARANTINE_REASONS = (_ILLEGAL_TRANSITION, _DUPLICATE_SEQ)
+"""Why a valid channel-operation record is quarantined (schemas/CONTRACT.md)."""
+
 __all__ = [
+    "CHANNEL_QUARANTINE_REASONS",
     "QUARANTINE_REASONS",
     "RULE_EXHAUSTION",
     "RULE_STALE",
+    "WATERMARK_KEY",
+    "ChannelProcessor",
     "Classified",
     "CoreConfig",
     "Delivery",
@@ -49,6 +59,7 @@ __all__ = [
     "InRecord",
     "Intake",
     "LimitDeath",
+    "OperationState",
     "OutRecord",
     "Output",
     "PermanentStoreError",
@@ -60,6 +71,7 @@ __all__ = [
     "death_record",
     "decode_alerter_input",
     "dlq_record",
+    "judge",
     "seq_gaps",
     "store_isolating",
     "watermark_record",

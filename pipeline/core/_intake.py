@@ -3,9 +3,10 @@
 ::
 
     InRecord (Kafka record or file line)
-      -> parse_batch (one call)  --invalid-->  dead letter (ledger row + DLQ record)
+      -> parse (one call, dispatching on ``schema``)  --invalid-->  dead letter
       -> Delivery -> Processor.process (this partition's run semantics)
-                      --raises--> bisect to the event: dead letter ``internal_error``
+                  -> ChannelProcessor.process (its channel-operation semantics)
+                      --raises--> bisect to the record: dead letter ``internal_error``
       -> ExhaustionAlerter (when the intake owns one: files and rebuilds)
       -> Output
 
@@ -21,16 +22,22 @@ import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 from prism.schemas import (
+    CHANNEL_SCHEMA_ID,
     MAX_EVENT_BYTES,
+    ChannelOperation,
     ContractViolation,
     DeadLetterRow,
     dead_letter_preview,
+    parse_any_batch,
     parse_batch,
 )
 
 from ._alerts import ExhaustionAlerter, alert_record
+from ._channels import ChannelProcessor
+from ._keyed import KeyedProcessor
 from ._processor import Processor
 from ._types import CoreConfig, Delivery, EventClock, Output, OutRecord
 
@@ -46,6 +53,7 @@ __all__ = [
 log = logging.getLogger("prism.core")
 
 MAX_REASON_CHARS = 500
+_CHANNEL_MARK = CHANNEL_SCHEMA_ID.encode()
 
 
 @dataclass(slots=True)
@@ -122,6 +130,7 @@ class Intake:
         self.clock = EventClock(self.config.max_clock_skew_s)
         self.alerter = alerter
         self.processors: dict[int, Processor] = {}
+        self.channels: dict[int, ChannelProcessor] = {}
 
     def processor(self, partition: int) -> Processor:
         """The partition's processor (created empty; ``Processor.load`` restores state)."""
@@ -130,9 +139,41 @@ class Intake:
             proc = self.processors[partition] = Processor(self.config, partition, self.clock)
         return proc
 
+    def channel_processor(self, partition: int) -> ChannelProcessor:
+        """The partition's channel-operation processor (created empty)."""
+        proc = self.channels.get(partition)
+        if proc is None:
+            proc = ChannelProcessor(self.config, partition, self.clock)
+            self.channels[partition] = proc
+        return proc
+
+    def lane(self, partition: int) -> list[KeyedProcessor[Any]]:
+        """The partition's processors that exist (run semantics first, then channels)."""
+        procs: list[KeyedProcessor[Any]] = []
+        if partition in self.processors:
+            procs.append(self.processors[partition])
+        if partition in self.channels:
+            procs.append(self.channels[partition])
+        return procs
+
+    def next_offset(self, partition: int) -> int | None:
+        """The next source offset the partition expects (None: nothing seen yet)."""
+        offsets = [p.next_offset for p in self.lane(partition) if p.next_offset is not None]
+        return max(offsets) if offsets else None
+
+    def load(self, partition: int, items: Iterable[tuple[str, bytes]]) -> None:
+        """Restore a partition's state (``Output.state_writes``) into the processors it has
+        keys for; the run-semantics processor always exists afterwards."""
+        items = list(items)
+        self.processor(partition).load(items)
+        probe = ChannelProcessor(self.config, partition, EventClock())
+        if any(probe.owns_key(k) for k, _ in items):
+            self.channel_processor(partition).load(items)
+
     def drop(self, partition: int) -> None:
         """Forget a partition (revoked from this worker)."""
         self.processors.pop(partition, None)
+        self.channels.pop(partition, None)
         self.clock.forget(partition)
 
     def step(self, partition: int, records: Sequence[InRecord], now: float) -> Output:
@@ -141,42 +182,53 @@ class Intake:
         The step stays open until ``commit(partition)`` (its output was stored) or
         ``rollback(partition)`` (it was not, and is undone).
         """
-        proc = self.processor(partition)
-        proc.begin()
         received = datetime.fromtimestamp(now, tz=UTC)
         out = Output()
-        pairs: list[tuple[InRecord, Delivery]] = []
-        parsed = parse_batch([r.value or b"" for r in records], max_bytes=self.max_event_bytes)
-        for rec, item in zip(records, parsed, strict=True):
+        pairs: list[tuple[InRecord, Delivery[Any]]] = []
+        channel: list[tuple[InRecord, Delivery[Any]]] = []
+        for rec, item in zip(records, self._parse(records), strict=True):
             if isinstance(item, ContractViolation):
                 self._dead_letter(out, rec, item.code, item.reason, received)
-            else:
-                delivery = Delivery(item, rec.source, rec.partition, rec.offset, received)
-                delivery.traceparent = rec.traceparent
-                pairs.append((rec, delivery))
+                continue
+            delivery = Delivery(item, rec.source, rec.partition, rec.offset, received)
+            delivery.traceparent = rec.traceparent
+            (channel if isinstance(item, ChannelOperation) else pairs).append((rec, delivery))
+        if pairs or partition not in self.channels:
+            self.processor(partition)
+        if channel:
+            self.channel_processor(partition)
+        procs = self.lane(partition)
+        for proc in procs:
+            proc.begin()
         if records:
             first, last = min(r.offset for r in records), max(r.offset for r in records)
-            proc.next_offset = max(proc.next_offset or 0, last + 1)
+            for proc in procs:
+                proc.next_offset = max(proc.next_offset or 0, last + 1)
             out.ranges.append((records[0].source, partition, first, last))
-        out.extend(self._apply(proc, pairs, now, received))
+        if partition in self.processors:
+            out.extend(self._apply(self.processors[partition], pairs, now, received))
+        if channel:
+            out.extend(self._apply(self.channels[partition], channel, now, received))
         self._alerts(out)
         return out
 
     def commit(self, partitions: int | Iterable[int]) -> None:
         """The open ``step`` (or ``tick``) of these partitions was stored: keep it."""
         for p in [partitions] if isinstance(partitions, int) else list(partitions):
-            self.processor(p).commit()
+            for proc in self.lane(p):
+                proc.commit()
 
     def rollback(self, partitions: int | Iterable[int]) -> None:
         """Undo the open ``step`` (or ``tick``) of these partitions; its output is void."""
         for p in reversed([partitions] if isinstance(partitions, int) else list(partitions)):
-            self.processor(p).rollback()
+            for proc in reversed(self.lane(p)):
+                proc.rollback()
 
     def unstorable(self, rec: InRecord, reason: str, now: float) -> Output:
         """Dead-letter one record the ledger refused for good; the partition moves past it."""
         out = Output()
-        proc = self.processor(rec.partition)
-        proc.next_offset = max(proc.next_offset or 0, rec.offset + 1)
+        for proc in self.lane(rec.partition) or [self.processor(rec.partition)]:
+            proc.next_offset = max(proc.next_offset or 0, rec.offset + 1)
         self._dead_letter(out, rec, "unstorable", reason, datetime.fromtimestamp(now, tz=UTC))
         out.ranges.append((rec.source, rec.partition, rec.offset, rec.offset))
         return out
@@ -187,9 +239,11 @@ class Intake:
         Like ``step``, each partition's tick stays open until ``commit`` or ``rollback``.
         """
         outs = {}
-        for p, proc in sorted(self.processors.items()):
-            proc.begin()
-            outs[p] = proc.tick(now)
+        for p in sorted(set(self.processors) | set(self.channels)):
+            outs[p] = Output()
+            for proc in self.lane(p):
+                proc.begin()
+                outs[p].extend(proc.tick(now))
         for out in outs.values():
             self._alerts(out)
         return outs
@@ -197,16 +251,37 @@ class Intake:
     def finalize(self, now: float) -> Output:
         """End of input: close what waits on grace, apply staleness, on every partition."""
         out = Output()
-        for _, proc in sorted(self.processors.items()):
-            out.extend(proc.finalize(now))
+        for p in sorted(set(self.processors) | set(self.channels)):
+            for proc in self.lane(p):
+                out.extend(proc.finalize(now))
         self._alerts(out)
         return out
 
     # -- internals ----------------------------------------------------------------------
+    def _parse(self, records: Sequence[InRecord]) -> list[Any]:
+        """Parse every record; only values naming the channel family take the dispatching
+        parser, so agent events keep ``parse_batch``'s fast path."""
+        values = [r.value or b"" for r in records]
+        marked = [i for i, v in enumerate(values) if _CHANNEL_MARK in v]
+        if not marked:
+            return list(parse_batch(values, max_bytes=self.max_event_bytes))
+        chosen = set(marked)
+        rest = [i for i in range(len(values)) if i not in chosen]
+        out: list[Any] = [None] * len(values)
+        for i, item in zip(
+            rest, parse_batch([values[i] for i in rest], self.max_event_bytes), strict=True
+        ):
+            out[i] = item
+        for i, item in zip(
+            marked, parse_any_batch([values[i] for i in marked], self.max_event_bytes), strict=True
+        ):
+            out[i] = item
+        return out
+
     def _apply(
         self,
-        proc: Processor,
-        pairs: list[tuple[InRecord, Delivery]],
+        proc: Any,
+        pairs: list[tuple[InRecord, Delivery[Any]]],
         now: float,
         received: datetime,
     ) -> Output:

@@ -6,12 +6,14 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Generic, TypeVar
 
-from prism.schemas import DEFAULT_DENY, AgentEvent, LedgerBatch
+from prism.schemas import DEFAULT_DENY, LedgerBatch
 
 __all__ = ["CoreConfig", "Delivery", "EventClock", "LimitDeath", "OutRecord", "Output"]
 
 _US = 1_000_000
+E = TypeVar("E")
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +25,8 @@ class CoreConfig:
     event time only, so the same file always gives the same ledger. ``redact_keys``: keys
     dropped from the ``data`` of event types the contract does not know before it is kept
     (``PRISM_REDACT_KEYS``), so content sent by mistake never reaches the ledger.
+    ``channel_stuck_s``: a channel operation ``executing`` longer than this (event time)
+    is flagged ``stuck`` (``PRISM_CHANNEL_STUCK_SECONDS``).
     """
 
     grace_period_s: float = 30.0
@@ -33,6 +37,7 @@ class CoreConfig:
     max_clock_skew_s: float = 300.0
     processing_grace: bool = True
     redact_keys: frozenset[str] = DEFAULT_DENY
+    channel_stuck_s: float = 300.0
 
     def __post_init__(self) -> None:
         for name in (
@@ -41,6 +46,7 @@ class CoreConfig:
             "tombstone_retention_s",
             "alert_window_s",
             "max_clock_skew_s",
+            "channel_stuck_s",
         ):
             value = getattr(self, name)
             if not math.isfinite(value) or value < 0 or value > 10 * 365 * 86400:
@@ -114,10 +120,11 @@ class EventClock:
 
 
 @dataclass(slots=True)
-class Delivery:
-    """One parsed event and where it came from (a Kafka position or a file line)."""
+class Delivery(Generic[E]):
+    """One parsed record and where it came from (a Kafka position or a file line): an
+    ``AgentEvent`` for the run semantics, a ``ChannelOperation`` for the channel ones."""
 
-    event: AgentEvent
+    event: E
     source: str
     partition: int
     offset: int

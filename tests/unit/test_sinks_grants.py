@@ -80,6 +80,10 @@ def test_every_store_has_a_tenant_policy_and_an_all_rows_policy(ddl: list[str]) 
         assert "getSetting('SQL_prism_tenant') = '*'" in tenant[0]
         if table == "dead_letters_store":  # no trusted tenant: only the all-tenant reader
             assert "tenant_id" not in tenant[0]
+        elif table == "channel_watermark_store":  # one pipeline-wide row, no tenant data
+            assert tenant[0].endswith(
+                "= '*' OR key = 'pipeline' AS PERMISSIVE TO prism_grafana_role"
+            ), tenant[0]
         else:
             assert "tenant_id = getSetting('SQL_prism_tenant')" in tenant[0], table
         assert others[0].endswith("USING 1 AS PERMISSIVE TO ALL EXCEPT prism_grafana_role")
