@@ -113,6 +113,11 @@ class Topics:
             limit_deaths=f"{prefix}.limit-deaths",
         )
 
+    @property
+    def channel_operations(self) -> str:
+        """The channel-operation input topic beside the agent events (same prefix)."""
+        return self.input.removesuffix(".agent-events") + ".channel-operations"
+
 
 class Settings(BaseSettings):
     """Every knob of the pipeline; each field maps to ``PRISM_<FIELD_NAME>``."""

@@ -224,13 +224,19 @@ class Intake:
             for proc in reversed(self.lane(p)):
                 proc.rollback()
 
-    def unstorable(self, rec: InRecord, reason: str, now: float) -> Output:
-        """Dead-letter one record the ledger refused for good; the partition moves past it."""
+    def unstorable(
+        self, rec: InRecord, reason: str, now: float, partition: int | None = None
+    ) -> Output:
+        """Dead-letter one record the ledger refused for good; the partition moves past it.
+
+        ``partition``: the intake partition the record was stepped in (default: its own).
+        """
+        lane = rec.partition if partition is None else partition
         out = Output()
-        for proc in self.lane(rec.partition) or [self.processor(rec.partition)]:
+        for proc in self.lane(lane) or [self.processor(lane)]:
             proc.next_offset = max(proc.next_offset or 0, rec.offset + 1)
         self._dead_letter(out, rec, "unstorable", reason, datetime.fromtimestamp(now, tz=UTC))
-        out.ranges.append((rec.source, rec.partition, rec.offset, rec.offset))
+        out.ranges.append((rec.source, lane, rec.offset, rec.offset))
         return out
 
     def tick(self, now: float) -> dict[int, Output]:
@@ -384,7 +390,7 @@ def _bisect(
             rec.offset,
             exc,
         )
-        out = intake.unstorable(rec, f"the ledger refused this event: {exc}", now)
+        out = intake.unstorable(rec, f"the ledger refused this event: {exc}", now, partition)
         store(out)
         return out
     intake.commit(partition)

@@ -60,6 +60,7 @@ from ._faust import (
     raw_topic,
     send,
 )
+from ._lanes import lane_of, source_of
 from ._offsets import ReadBack, missing_ranges
 from ._telemetry import WorkerTelemetry
 
@@ -91,7 +92,10 @@ class PipelineWorker:
         self.alert_sinks = list(alert_sinks)
         self.topics = settings.topics
         self.app: faust.App = make_app(settings)
-        self.input = raw_topic(self.app, self.topics.input, settings.partitions)
+        # one agent, one consumer group: agent events and channel operations (own lanes)
+        self.input = raw_topic(
+            self.app, self.topics.input, settings.partitions, self.topics.channel_operations
+        )
         self.deaths = raw_topic(self.app, self.topics.limit_deaths, 1)
         self.state = raw_table(self.app, "run-state", settings.partitions)
         self.alert_state = raw_table(self.app, "alert-state", 1)
@@ -102,6 +106,9 @@ class PipelineWorker:
             writer, give_up_after=None, stopping=lambda: self._stopping, stats=self.stats
         )
         self.read_back = ReadBack(self.topics.input, settings.aiokafka_kwargs())
+        self.read_back_channel = ReadBack(
+            self.topics.channel_operations, settings.aiokafka_kwargs()
+        )
         self.last_event: dict[int, Any] = {}
         self.alerter: ExhaustionAlerter | None = None
         self._loaded: set[int] = set()
@@ -141,8 +148,10 @@ class PipelineWorker:
         self._forget_revoked()
         batches: dict[int, list[InRecord]] = defaultdict(list)
         for ev in events:
-            batches[ev.message.partition].append(in_record(ev.message))
-            self.last_event[ev.message.partition] = ev
+            lane = lane_of(self.topics, ev.message.topic, ev.message.partition)
+            assert lane is not None, ev.message.topic
+            batches[lane].append(in_record(ev.message))
+            self.last_event[lane] = ev
         for partition in sorted(batches):
             self._restore(partition)
             batches[partition] = await self._without_gaps(partition, batches[partition])
@@ -162,11 +171,12 @@ class PipelineWorker:
 
     async def _without_gaps(self, partition: int, recs: list[InRecord]) -> list[InRecord]:
         """The batch's records plus any offsets the consumer skipped, read back, in order."""
-        proc = self.intake.processor(partition)
-        gaps = missing_ranges(proc.next_offset, (r.offset for r in recs))
+        gaps = missing_ranges(self.intake.next_offset(partition), (r.offset for r in recs))
         if not gaps:
             return recs
-        found = await self.read_back.read(partition, gaps)
+        topic, kafka_partition = source_of(self.topics, partition)
+        reader = self.read_back if topic == self.topics.input else self.read_back_channel
+        found = await reader.read(kafka_partition, gaps)
         self.stats["offsets_read_back"] += len(found)
         log.warning(
             "partition %d: the consumer skipped %d offset(s) %s; read back %d record(s)",
@@ -209,20 +219,24 @@ class PipelineWorker:
                         self.state[key.encode()] = value
 
     def _tp(self, partition: int) -> TP:
-        return TP(self.topics.input, partition)
+        return TP(*source_of(self.topics, partition))
 
     def _restore(self, partition: int) -> None:
         """Load a partition's run state from the changelogged table the first time it is seen."""
         if partition in self._loaded:
             return
-        proc = self.intake.processor(partition)
-        proc.load(
-            (k.decode(), v)
-            for k, v in self.state.items()
-            if v is not None and proc.owns_key(k.decode())
+        lane = str(partition).encode()
+        self.intake.load(
+            partition,
+            (
+                (k.decode(), v)
+                for k, v in self.state.items()
+                if v is not None and k.split(b"\x1f")[1:2] == [lane]
+            ),
         )
         self._loaded.add(partition)
-        log.info("partition %d: restored %d runs", partition, len(proc.runs))
+        items = sum(len(p.items) for p in self.intake.lane(partition))
+        log.info("lane %d: restored %d runs or channel operations", partition, items)
 
     async def _after(self, out: Output) -> None:
         self.stats.update(out.stats)
@@ -237,11 +251,12 @@ class PipelineWorker:
         """Grace periods of partitions that went quiet, staleness on the shared watermark."""
         async with self._lock:
             self._forget_revoked()
-            live = [p for p in self.intake.processors if p in self.last_event]
+            lanes = set(self.intake.processors) | set(self.intake.channels)
+            live = [p for p in sorted(lanes) if p in self.last_event]
             if not live:
                 return
             for p in live:  # caught up since its last batch? then it holds nothing back
-                done = self.intake.processor(p).next_offset or 0
+                done = self.intake.next_offset(p) or 0
                 self.intake.clock.behind(p, lag(self.app, self._tp(p), done - 1) > 0)
             outs = self.intake.tick(self.clock())
             out = Output()
@@ -249,7 +264,8 @@ class PipelineWorker:
                 out.extend(part)
                 offset = self.last_event[partition].message.offset if partition in live else 0
                 out.ranges.append(("tick:" + self.topics.input, partition, offset, offset))
-            if not (out.ledger.runs or out.ledger.alerts or out.closed):
+            changed = out.ledger.channel_operations or out.ledger.channel_watermarks
+            if not (out.ledger.runs or out.ledger.alerts or out.closed or changed):
                 self.intake.commit(outs)
                 self._write_state(out.state_writes)
                 return
@@ -320,13 +336,15 @@ class PipelineWorker:
                     log.exception("closing alert sink %r failed", sink)
         self.telemetry.stopped()  # stats file + the summary line
         await self.read_back.close()
+        await self.read_back_channel.close()
 
     async def _on_revoked(self, app: Any, revoked: set[Any], **_: Any) -> None:
         # Never wait for the lock here: a batch holding it may be waiting on the producer
         # or the consumer, which wait for this handler. The partitions are forgotten at the
         # start of the next batch or tick (their state is in the table: a partition assigned
         # back is restored from it).
-        self._revoked.update(tp.partition for tp in revoked if tp.topic == self.topics.input)
+        lanes = (lane_of(self.topics, tp.topic, tp.partition) for tp in revoked)
+        self._revoked.update(lane for lane in lanes if lane is not None)
 
     def _forget_revoked(self) -> None:
         """Called under the lock: drop what rebalances took away since the last step."""

@@ -40,9 +40,10 @@ _RAW: dict[str, Any] = {
 }
 
 
-def raw_topic(app: faust.App, name: str, partitions: int) -> Any:
-    """A topic of raw bytes keys and values (the pipeline does its own encoding)."""
-    return app.topic(name, partitions=partitions, **_RAW)
+def raw_topic(app: faust.App, name: str, partitions: int, *more: str) -> Any:
+    """A topic of raw bytes keys and values (the pipeline does its own encoding); ``more``
+    names further topics the same agent consumes (co-partitioned with the first)."""
+    return app.topic(name, *more, partitions=partitions, **_RAW)
 
 
 def raw_table(app: faust.App, name: str, partitions: int) -> Any:
