@@ -152,6 +152,7 @@ class PipelineWorker:
             assert lane is not None, ev.message.topic
             batches[lane].append(in_record(ev.message))
             self.last_event[lane] = ev
+        self._restore_assigned()
         for partition in sorted(batches):
             self._restore(partition)
             batches[partition] = await self._without_gaps(partition, batches[partition])
@@ -220,6 +221,18 @@ class PipelineWorker:
 
     def _tp(self, partition: int) -> TP:
         return TP(*source_of(self.topics, partition))
+
+    def _restore_assigned(self) -> None:
+        """Restore every assigned lane once, also those with nothing new to read: their marks
+        belong in the pipeline watermark after a restart (stuck operations, open items' age)."""
+        try:
+            assigned = list(self.app.consumer.assignment())
+        except Exception:  # no consumer assignment yet
+            return
+        for tp in assigned:
+            lane = lane_of(self.topics, tp.topic, tp.partition)
+            if lane is not None and lane not in self._revoked:
+                self._restore(lane)
 
     def _restore(self, partition: int) -> None:
         """Load a partition's run state from the changelogged table the first time it is seen."""
