@@ -1,7 +1,7 @@
 """Grafana dashboards and alert rules as code (grafana-foundation-sdk 11.6), tested offline.
 
-Five dashboards (SRE overview, cost and usage, cache efficiency, run explorer, and the
-report, which ``prism-pipeline report`` also draws as an HTML page) query the
+Six dashboards (SRE overview, cost and usage, cache efficiency, run explorer, channels and
+guardrails, and the report, which ``prism-pipeline report`` also draws as an HTML page) query the
 ledger views through the ``grafana-clickhouse-datasource`` plugin, each with a
 ``datasource`` variable and a ``tenant`` filter. Variables take only what their query returns
 and reach SQL percent-encoded inside ``decodeURLComponent('...')`` (``decoded``), so no value
@@ -27,6 +27,7 @@ from prism.dashboards._alerts import (
     alerting_files,
 )
 from prism.dashboards._cache import cache_efficiency
+from prism.dashboards._channels import ChannelThresholds, channel_alert_specs, channels
 from prism.dashboards._clickhouse_query import (
     PLUGIN_ID,
     ClickHouseQuery,
@@ -87,6 +88,7 @@ __all__ = [
     "TENANT_FILTER",
     "WEBHOOK_URL_ENV",
     "AlertThresholds",
+    "ChannelThresholds",
     "ClickHouseQuery",
     "ClickHouseQueryBuilder",
     "DashboardError",
@@ -101,6 +103,8 @@ __all__ = [
     "apply_conditional_all",
     "build_all",
     "cache_efficiency",
+    "channel_alert_specs",
+    "channels",
     "cost_and_usage",
     "dashboard_from_json",
     "dashboard_json",

@@ -21,6 +21,7 @@ from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import alerting as alerting_models
 from grafana_foundation_sdk.models import dashboard as dashboard_models
 
+from prism.dashboards._channels import ChannelThresholds, channel_alert_specs
 from prism.dashboards._clickhouse_query import ClickHouseQueryBuilder, QueryFormat, datasource_ref
 from prism.dashboards._panels import dedent_sql, qualify
 
@@ -157,7 +158,9 @@ def _expr_ref() -> dashboard_models.DataSourceRef:
 
 
 def alert_rules(
-    thresholds: AlertThresholds = AlertThresholds(), database: str | None = None
+    thresholds: AlertThresholds = AlertThresholds(),
+    database: str | None = None,
+    channel: ChannelThresholds | None = None,
 ) -> list[alerting_models.Rule]:
     """The SDK rule models (HTTP API shape); ``alerting_files`` writes them for provisioning.
 
@@ -166,7 +169,8 @@ def alert_rules(
         rules = alert_rules(AlertThresholds(freshness_s=120))
     """
     rules = []
-    for s in _specs(thresholds):
+    extra = [_Spec(**kw) for kw in channel_alert_specs(channel or ChannelThresholds())]
+    for s in _specs(thresholds) + extra:
         query = (
             ClickHouseQueryBuilder("A")
             .raw_sql(qualify(dedent_sql(s.sql), database))
@@ -259,7 +263,9 @@ def _file_rule(rule: alerting_models.Rule) -> dict[str, Any]:
 
 
 def alerting_files(
-    thresholds: AlertThresholds = AlertThresholds(), database: str | None = None
+    thresholds: AlertThresholds = AlertThresholds(),
+    database: str | None = None,
+    channel: ChannelThresholds | None = None,
 ) -> dict[str, dict[str, Any]]:
     """File name -> content of ``provisioning/alerting``: rules, contact point, policy.
 
@@ -297,7 +303,7 @@ def alerting_files(
                     "name": group.title,
                     "folder": ALERT_FOLDER,
                     "interval": f"{group.interval}s",
-                    "rules": [_file_rule(r) for r in alert_rules(thresholds, database)],
+                    "rules": [_file_rule(r) for r in alert_rules(thresholds, database, channel)],
                 }
             ],
         },

@@ -155,6 +155,14 @@ class Settings(BaseSettings):
     alert_limit_deaths_threshold: int = Field(default=5, ge=1, le=1_000_000)
     alert_webhook_url: SecretUrl | None = None
 
+    # Channel alert rules written by `dashboards build` (open items, capacity denials)
+    alert_channel_open_item_minutes: float = Field(
+        default=30.0, gt=0, le=7 * 24 * 60, allow_inf_nan=False
+    )
+    alert_channel_capacity_denials_per_minute: float = Field(
+        default=1.0, ge=0, le=1_000_000, allow_inf_nan=False
+    )
+
     # What the ledger keeps outside the contract (schemas.redact_unknown_data)
     redact_keys: Annotated[frozenset[str], NoDecode] = DEFAULT_DENY
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from prism.dashboards import build_all, default_out_dir
+from prism.dashboards import ChannelThresholds, build_all, default_out_dir
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -17,7 +17,9 @@ def register(sub: argparse._SubParsersAction) -> None:
             "offline and writes json/*.json and provisioning/{datasources,dashboards,"
             "alerting}/*.yaml, the folders docker-compose mounts into Grafana. The datasource "
             "reads $CLICKHOUSE_HOST (native protocol, port 9000, database prism); the alert "
-            "webhook reads $PRISM_ALERT_WEBHOOK_URL."
+            "webhook reads $PRISM_ALERT_WEBHOOK_URL. Channel alert thresholds come from "
+            "PRISM_ALERT_CHANNEL_OPEN_ITEM_MINUTES and "
+            "PRISM_ALERT_CHANNEL_CAPACITY_DENIALS_PER_MINUTE."
         ),
     )
     p.add_argument("action", choices=["build"])
@@ -31,7 +33,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    paths = build_all(args.out)
+    from ..settings import load_settings
+
+    s = load_settings()
+    channel = ChannelThresholds(
+        open_item_minutes=s.alert_channel_open_item_minutes,
+        capacity_denials_per_minute=s.alert_channel_capacity_denials_per_minute,
+    )
+    paths = build_all(args.out, channel=channel)
     for path in paths:
         print(path)
     print(f"wrote {len(paths)} files")

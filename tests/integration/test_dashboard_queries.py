@@ -47,6 +47,8 @@ FLEET = FleetConfig(
     conflicting_terminals=0.03,
     malformed=0.03,
     oversized=0.01,
+    channel_operations=400,  # the Channels dashboard and its rules (a stuck op per tenant)
+    guardrail_denials=0.05,
 )
 
 
@@ -219,3 +221,65 @@ def test_run_explorer_follows_the_selected_run(ledger: Ledger) -> None:
     assert sorted(r[0] for r in _value(ledger, dash, "Delegated children", ALL)) == sorted(children)
     exhaustion = _value(ledger, dash, "Limit exhaustion (run and children)", ALL)
     assert {r[0] for r in exhaustion} <= {ledger.run_id, *children} and exhaustion
+
+
+# -- the Channels dashboard and its alert rules (dashboards/_channels.py) ---------------------
+def test_channel_panels_match_the_ground_truth(ledger: Ledger) -> None:
+    from collections import Counter
+
+    from prism.dashboards import channels
+
+    truth = ledger.fleet.manifest["channels"]
+    dash = dashboard_json(channels(ledger.database))
+    opens = truth["open_items"]
+    assert _value(ledger, dash, "Open items", ALL) == [(len(opens),)]
+    assert _value(ledger, dash, "Oldest open item", ALL) == [
+        (max(o["age_seconds"] for o in opens),)
+    ]
+    assert _value(ledger, dash, "Stuck operations", ALL) == [(len(truth["stuck"]),)]
+    assert _value(ledger, dash, "Capacity denials (range)", ALL) == [
+        (truth["denials"]["by_reason"]["capacity"],)
+    ]
+    by_state = dict(_value(ledger, dash, "Operations by state", ALL))
+    operations = Counter(op["state"] for op in truth["operations"].values())
+    assert by_state == {state or "(none)": n for state, n in operations.items()}
+    by_connection = dict(_value(ledger, dash, "Denials by connection", ALL))
+    assert by_connection == {
+        c: sum(r.values()) for c, r in truth["denials"]["by_connection"].items()
+    }
+    rules: Counter[str] = Counter()
+    for rule_stage, n in _value(ledger, dash, "Guardrail denials by rule", ALL):
+        rules[rule_stage.split(" (")[0]] += n
+    assert dict(rules) == ledger.fleet.manifest["guardrails"]["by_rule"] != {}
+    tenant = "umbrella-eu"
+    table = _value(ledger, dash, "Open items with age", tenant)
+    assert (
+        sorted((r[0], r[5]) for r in table)
+        == sorted((o["operation_id"], o["age_seconds"]) for o in opens if o["tenant_id"] == tenant)
+        != []
+    )
+    stuck = [r[0] for r in _value(ledger, dash, "Stuck operations, longest first", tenant)]
+    assert sorted(stuck) == [
+        s for s in truth["stuck"] if truth["operations"][s]["tenant_id"] == tenant
+    ]
+
+
+def test_channel_alert_rules_match_the_ground_truth(ledger: Ledger) -> None:
+    from prism.dashboards import ChannelThresholds
+
+    truth = ledger.fleet.manifest["channels"]
+    values = {}
+    for rule in alert_rules(database=ledger.database, channel=ChannelThresholds(60, 0.01)):
+        if rule.uid.startswith("prism-channel-"):
+            model = rule.data[0].model
+            sql = expand_alert_query(model.raw_sql, ledger.time_range)  # type: ignore[union-attr]
+            values[rule.uid] = ledger.rows(sql)
+    old = [o for o in truth["open_items"] if o["age_seconds"] > 3600]
+    assert values["prism-channel-open-items"] == [(len(old),)] != [(0,)]
+    assert values["prism-channel-stuck-operations"] == [(len(truth["stuck"]),)]
+    capacity = {
+        c: r["capacity"] for c, r in truth["denials"]["by_connection"].items() if "capacity" in r
+    }
+    minutes = (ledger.time_range.end - ledger.time_range.start).total_seconds() / 60
+    got = {c: round(rate * minutes) for c, rate in values["prism-channel-capacity-denials"]}
+    assert got == capacity

@@ -229,6 +229,10 @@ def test_alert_files_pass_the_lint_and_use_the_provisioning_shape() -> None:
         "Stale (incomplete) runs",
         "Dead-letter growth",
         "Ingest freshness",
+        # channel rules (dashboards/_channels.py)
+        "Channel open item unreconciled",
+        "Channel capacity denials per connection",
+        "Stuck channel operations",
     }
     for rule in group["rules"]:
         assert set(rule) >= {
@@ -359,5 +363,5 @@ def test_cli_builds_into_the_given_folder(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["dashboards", "build", "--out", str(tmp_path)]) == 0
-    assert "wrote 10 files" in capsys.readouterr().out
+    assert "wrote 11 files" in capsys.readouterr().out  # 6 dashboards, 5 provisioning files
     assert (tmp_path / "provisioning" / "alerting" / "alert-rules.yaml").is_file()
