@@ -17,10 +17,11 @@ __all__ = ["register"]
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "rebuild",
-        help="replay the input topic from its earliest offsets into a fresh ledger database",
+        help="replay the input topics from their earliest offsets into a fresh ledger database",
         description=(
-            "Reads every partition of the input topic from its earliest offset up to the end "
-            "offsets seen at start, through the same run-semantics core as the worker, into a "
+            "Reads every partition of the input topics (agent events, and channel operations "
+            "when that topic exists) from its earliest offset up to the end offsets seen at "
+            "start, through the same core as the worker, into a "
             "new ledger database (migrated first). Joins no consumer group and commits "
             "nothing, so the live worker is untouched. A database that already holds runs is "
             "refused unless --force. Shows a progress bar on a terminal, then a summary. A "

@@ -1,4 +1,7 @@
-"""``rebuild``: replay the input topic from its earliest offsets into a fresh ledger database.
+"""``rebuild``: replay the input topics from their earliest offsets into a fresh ledger database.
+
+Both inputs: the agent events and, when the topic exists, the channel operations (each
+topic partition its own intake lane, as in the worker).
 
 The same intake step as the worker (``core.Intake``), fed the same way: records with their
 Kafka positions, one processor per source partition sharing the pipeline watermark, limit
@@ -26,7 +29,8 @@ from ..core import ExhaustionAlerter, InRecord, Intake, Output, store_isolating
 from ..ingest import render_counts
 from ..settings import Settings
 from ..worker._faust import in_record
-from ._errors import RebuildRefused
+from ..worker._lanes import lane_of
+from ._errors import RebuildRefused, TopicNotFound
 from ._ledger import _check_identifier
 from ._tail import _consumer, topic_partitions
 
@@ -43,7 +47,7 @@ class RebuildSummary:
 
     database: str
     topic: str
-    offsets: dict[int, tuple[int, int]] = field(default_factory=dict)  # partition -> (begin, end)
+    offsets: dict[int, tuple[int, int]] = field(default_factory=dict)  # lane -> (begin, end)
     records: int = 0
     dead_letters: int = 0
     alerts: int = 0
@@ -112,7 +116,13 @@ async def rebuild(
     writer = sinks.LedgerWriter(client, database)
     topic = settings.topics.input
     tps = [TopicPartition(topic, p) for p in await topic_partitions(settings, topic)]
-    replay = _Replay(settings, writer, topic, clock)
+    channel = settings.topics.channel_operations
+    try:
+        tps += [TopicPartition(channel, p) for p in await topic_partitions(settings, channel)]
+        topic = f"{topic} + {channel}"
+    except TopicNotFound:
+        log.info("no channel-operation topic %s: rebuilding agent events only", channel)
+    replay = _Replay(settings, writer, settings.topics.input, clock)
     consumer = _consumer(settings)
     started = time.monotonic()
     await consumer.start()
@@ -120,7 +130,7 @@ async def rebuild(
         begin = await consumer.beginning_offsets(tps)
         end = await consumer.end_offsets(tps)  # the stop line, fixed now
         summary = RebuildSummary(
-            database, topic, {tp.partition: (begin[tp], end[tp]) for tp in tps}
+            database, topic, {_lane(settings, tp): (begin[tp], end[tp]) for tp in tps}
         )
         log.info(
             "rebuilding %s into %s: %d offsets over %d partitions",
@@ -175,7 +185,7 @@ async def _consume(
                 records = [r for r in records if r.offset < end[tp]]
                 if records:
                     behind = records[-1].offset + 1 < end[tp]
-                    replay.partition_batch(tp.partition, records, behind=behind)
+                    replay.partition_batch(_lane(replay.settings, tp), records, behind=behind)
                     summary.records += len(records)
             for tp in list(active):
                 pos = min(await consumer.position(tp), end[tp])
@@ -194,6 +204,7 @@ class _Replay:
     ) -> None:
         config = settings.core_config()
         alerter = ExhaustionAlerter(config.alert_window_s, config.alert_threshold)
+        self.settings = settings
         self.intake = Intake(config, max_event_bytes=settings.max_event_bytes, alerter=alerter)
         self.store = LedgerStore(writer)
         self.topic = topic
@@ -207,7 +218,7 @@ class _Replay:
     def partition_batch(
         self, partition: int, records: Sequence[Any], *, behind: bool = False
     ) -> None:
-        """Step and store one partition's records; ``behind``: more of it still to read."""
+        """Step and store one lane's records; ``behind``: more of it still to read."""
         self.intake.clock.behind(partition, behind)
         recs: list[InRecord] = [in_record(r) for r in records]
         out = store_isolating(self.intake, {partition: recs}, self.clock(), self.store)
@@ -232,6 +243,12 @@ class _Replay:
         self.dead_letters += len(out.ledger.dead_letters)
         for row in out.ledger.runs:
             self.statuses[row.run_id] = row.status
+
+
+def _lane(settings: Settings, tp: TopicPartition) -> int:
+    lane = lane_of(settings.topics, tp.topic, tp.partition)
+    assert lane is not None, tp
+    return lane
 
 
 def _runs_in(client: Any, database: str) -> int:

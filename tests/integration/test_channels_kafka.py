@@ -38,14 +38,14 @@ _LOOK = """
 import pickle, sys
 from prism import sinks
 from prism.devstack._truth import compare
-dsn, manifest_path, out = sys.argv[1:4]
+dsn, manifest_path, out, names, db = sys.argv[1:6]
 manifest = pickle.load(open(manifest_path, "rb"))
-client = sinks.connect(dsn, "prism")
-checks = compare(client, "prism", manifest)
+client = sinks.connect(dsn, db)
+checks = compare(client, db, manifest)
 views = {v: sorted(repr(tuple(r)) for r in client.query(
-    f"SELECT * EXCEPT (source, partition, offset, received_at) FROM prism.{v}"
-    if v == "channel_quarantine" else f"SELECT * FROM prism.{v}").result_rows)
-    for v in sys.argv[4].split(",")}
+    f"SELECT * EXCEPT (source, partition, offset, received_at) FROM {db}.{v}"
+    if v == "channel_quarantine" else f"SELECT * FROM {db}.{v}").result_rows)
+    for v in names.split(",")}
 pickle.dump({"failed": {c.name: c.problems[:5] for c in checks if not c.ok},
              "compared": {c.name: c.compared for c in checks}, "views": views}, open(out, "wb"))
 """
@@ -56,12 +56,13 @@ def fleet():
     return simulate(FLEET)
 
 
-def look(dsn: str, manifest: dict[str, Any], tmp: Path) -> dict[str, Any]:
+def look(dsn: str, manifest: dict[str, Any], tmp: Path, db: str = "prism") -> dict[str, Any]:
     stamp = time.monotonic_ns()
     manifest_path, out = tmp / f"manifest-{stamp}.pickle", tmp / f"look-{stamp}.pickle"
     manifest_path.write_bytes(pickle.dumps(manifest))
     proc = subprocess.run(
-        [sys.executable, "-c", _LOOK, dsn, str(manifest_path), str(out), ",".join(CHANNEL_VIEWS)],
+        [sys.executable, "-c", _LOOK, dsn, str(manifest_path), str(out), ",".join(CHANNEL_VIEWS),
+         db],
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -92,6 +93,20 @@ def test_channel_fleet_through_kafka_and_ingest_file_equals_the_manifest(
     for name in ("channel operations", "channel open items", "channel stuck operations",
                  "channel denials", "channel quarantine", "guardrail denials"):  # fmt: skip
         assert live["compared"][name] > 0, name
+
+    # rebuild reads both topics into a new database of the same ledger
+    dsn = s.clickhouse_dsn.get_secret_value()
+    out = subprocess.run(
+        [sys.executable, "-m", "prism.pipeline.cli", "rebuild", "--clickhouse", dsn,
+         "--database", "prism_rebuilt", "--bootstrap", s.kafka_bootstrap_servers,
+         "--topic-prefix", s.topic_prefix, "--no-progress"],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert f"from {s.topics.input} + {s.topics.channel_operations}" in out.stdout, out.stdout
+    rebuilt = look(dsn, fleet.manifest, tmp_path, "prism_rebuilt")
+    assert rebuilt["failed"] == {}, json.dumps(rebuilt["failed"], indent=1, default=str)
+    assert rebuilt["views"] == live["views"]
 
     path = tmp_path / "fleet.jsonl"
     write_jsonl(fleet, path)
