@@ -31,12 +31,18 @@ def register(sub: argparse._SubParsersAction) -> None:
             "beginning), each once, and exits 0 after its terminal once every lower seq "
             "arrived; after --timeout it exits 3 with the missing seqs on stderr. "
             "--from-ledger replays the run from the ledger's run_events instead. "
-            "With --follow, prints every run's events live, one line per event."
+            "With --follow, prints every run's events live, one line per event. "
+            "With --operation, prints a messaging-channel operation's transitions in seq "
+            "order from the channel-operation topic and exits 0 once it reached a final "
+            "state (delivered, notice_delivered, cancelled, reconciled); an open item "
+            "(delivery_unknown, execution_unknown) waits for a reconcile: exit 3 after "
+            "--timeout."
         ),
     )
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("--run", metavar="RUN_ID", help="the run to print")
     which.add_argument("--follow", action="store_true", help="tail all runs live")
+    which.add_argument("--operation", metavar="OPERATION_ID", help="the channel operation to print")
     p.add_argument(
         "--from-ledger",
         action="store_true",
@@ -113,6 +119,10 @@ def _check(args: argparse.Namespace) -> None:
     ]
     if args.run is not None and follow_only:
         raise ValueError(f"{', '.join(follow_only)} only apply with --follow, not with --run")
+    if args.operation is not None and (follow_only or args.from_ledger or args.no_ledger):
+        given = follow_only + [o for o, on in (("--from-ledger", args.from_ledger),
+                                                ("--no-ledger", args.no_ledger)) if on]  # fmt: skip
+        raise ValueError(f"{', '.join(given)} do not apply with --operation")
     if args.follow and (args.from_ledger or args.no_ledger):
         raise ValueError("--from-ledger and --no-ledger only apply with --run")
     if args.timeout is not None and not args.timeout > 0:
@@ -129,6 +139,8 @@ def _run(args: argparse.Namespace) -> int:
     try:
         if args.follow:
             return _follow(args, settings)
+        if args.operation is not None:
+            return _operation(args, settings)
         if args.from_ledger:
             return _from_ledger(args, settings)
         return _tail(args, settings)
@@ -221,3 +233,20 @@ def _follow(args: argparse.Namespace, settings: Settings) -> int:
     )
     log.debug("follow: %s", result)
     return 0
+
+
+def _operation(args: argparse.Namespace, settings: Settings) -> int:
+    from prism.pipeline.replay import format_operation, tail_operation
+
+    timeout = 60.0 if args.timeout is None else args.timeout
+
+    def emit(op: Any) -> None:
+        sys.stdout.write(format_operation(op, args.format) + "\n")
+        sys.stdout.flush()
+
+    result = asyncio.run(tail_operation(settings, args.operation, emit, timeout=timeout))
+    if result.complete:
+        log.debug("%s", result.describe())
+        return 0
+    print(f"timed out after {timeout:g}s: {result.describe()}", file=sys.stderr)
+    return EXIT_INCOMPLETE

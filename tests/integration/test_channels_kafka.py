@@ -94,6 +94,23 @@ def test_channel_fleet_through_kafka_and_ingest_file_equals_the_manifest(
                  "channel denials", "channel quarantine", "guardrail denials"):  # fmt: skip
         assert live["compared"][name] > 0, name
 
+    # tail --operation: a delivered operation ends (0); an open item waits for a reconcile (3)
+    ops = fleet.manifest["channels"]["operations"]
+    done = next(o for o, op in ops.items() if op["state"] == "delivered" and op["transitions"] == 3)
+    waiting = fleet.manifest["channels"]["open_items"][0]["operation_id"]
+    base = [sys.executable, "-m", "prism.pipeline.cli", "tail", "--format", "pretty",
+            "--bootstrap", s.kafka_bootstrap_servers, "--topic-prefix", s.topic_prefix]  # fmt: skip
+    out = subprocess.run([*base, "--operation", done, "--timeout", "30"], capture_output=True,
+                         text=True, timeout=60, check=False)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert [line.split()[2] for line in out.stdout.splitlines()] == [
+        "admitted", "executing", "delivered"
+    ]  # fmt: skip
+    out = subprocess.run([*base, "--operation", waiting, "--timeout", "2"], capture_output=True,
+                         text=True, timeout=60, check=False)  # fmt: skip
+    assert out.returncode == 3, out.stderr[-2000:]
+    assert f"operation {waiting}: not finished, last state " in out.stderr
+
     # rebuild reads both topics into a new database of the same ledger
     dsn = s.clickhouse_dsn.get_secret_value()
     out = subprocess.run(
