@@ -33,7 +33,7 @@ def _fmt(v: Any) -> str:
 
 
 def text_report(client: Any, db: str) -> str:
-    """Runs, exhaustion, cache, billing, alerts and rejects, as aligned text tables."""
+    """Runs, exhaustion, cache, billing, alerts, rejects, channels and guardrails, as text."""
 
     def rows(sql: str) -> list[tuple[Any, ...]]:
         return [tuple(r) for r in client.query(sql).result_rows]
@@ -98,6 +98,38 @@ def text_report(client: Any, db: str) -> str:
                 f"GROUP BY reason ORDER BY 1, 2"
             ),
         ),
+        _table(
+            "Channel operations by state",
+            ("state", "operations", "stuck"),
+            rows(
+                f"SELECT ifNull(state, '(none)'), count(), countIf(stuck) "
+                f"FROM {db}.channel_operations GROUP BY state ORDER BY 2 DESC"
+            ),
+        ),
+        _table(
+            "Open channel items, oldest first (they wait for a host reconcile)",
+            ("operation", "connection", "state", "age (s)"),
+            rows(
+                f"SELECT operation_id, connection_id, state, age_seconds "
+                f"FROM {db}.channel_open_items ORDER BY age_seconds DESC LIMIT 5"
+            ),
+        ),
+        _table(
+            "Channel admission denials by reason",
+            ("reason", "denials", "connections"),
+            rows(
+                f"SELECT reason, sum(count), uniqExact(connection_id) FROM {db}.channel_denials "
+                f"GROUP BY reason ORDER BY 2 DESC"
+            ),
+        ),
+        _table(
+            "Guardrail denials by pack",
+            ("pack", "denials", "rules"),
+            rows(
+                f"SELECT pack, count(), uniqExact(rule) FROM {db}.guardrail_denials "
+                f"GROUP BY pack ORDER BY 2 DESC"
+            ),
+        ),
     ]
     return "\n".join(parts)
 
@@ -109,6 +141,19 @@ def _sample_run(manifest: dict[str, Any]) -> str:
         if run.get("exhaustion") and run["status"] == "failed":
             return str(run_id)
     return str(next(iter(sorted(runs))))
+
+
+def _channel_steps(manifest: dict[str, Any], kafka_env: str) -> list[str]:
+    """The open items' query and an operation to tail, when the fleet had channel traffic."""
+    channels = manifest.get("channels")
+    if not channels or not channels.get("open_items"):
+        return []
+    sql = "SELECT * FROM channel_open_items ORDER BY age_seconds DESC"
+    item = channels["open_items"][0]["operation_id"]
+    return [
+        f"  {EXE} query {shlex.quote(sql)}",
+        f"  {kafka_env} {EXE} tail --operation {item} --format pretty --timeout 5",
+    ]
 
 
 def next_steps(
@@ -133,6 +178,7 @@ def next_steps(
         f"  open file://{page} in a browser (no network needed)",
         "Reading Kafka needs this demo's broker and topics:",
         f"  {kafka_env} {EXE} tail --run {_sample_run(manifest)}",
+        *_channel_steps(manifest, kafka_env),
         f"The broker keeps running on {broker.bootstrap} (make kafka-down stops it; "
         f"{PORT_VARIABLE} picks its port).",
     ]

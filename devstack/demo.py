@@ -126,6 +126,7 @@ def fleet_config(runs: int, seed: int, burst: int) -> Any:
         "oversized": 0.001,
         "guardrail_denials": 0.02,
         "limit_death_burst": burst,
+        "channel_operations": max(50, runs // 5),  # messaging-channel traffic
     }
     offered = {f.name for f in dataclasses.fields(FleetConfig)}
     return FleetConfig(**{k: v for k, v in knobs.items() if k in offered})
@@ -179,7 +180,7 @@ def _run(args: argparse.Namespace) -> int:
     burst = getattr(config, "limit_death_burst", 0)
     print(
         f"[2/6] simulating {args.runs:,} runs (seed {args.seed}: duplicates, reordering, junk, "
-        "post-terminal noise, guardrail denials"
+        "post-terminal noise, guardrail denials, channel operations"
         + (f", a burst of {burst} limit deaths)" if burst else "; no limit-death burst)")
     )
     fleet = simulate(config)
@@ -190,7 +191,11 @@ def _run(args: argparse.Namespace) -> int:
             fleet, settings.kafka_bootstrap_servers, settings.topics.input, progress=True
         )
     )
-    print(f"      published {len(fleet.records):,} records to {settings.topics.input}")
+    channel = sum(1 for r in fleet.records if getattr(r, "family", "agent") == "channel")
+    print(
+        f"      published {len(fleet.records) - channel:,} records to {settings.topics.input}"
+        + (f" and {channel:,} to {settings.topics.channel_operations}" if channel else "")
+    )
     log = DEMO_DIR / "worker.log"
     print(f"[3/6] the worker drains the topic into {settings.clickhouse_dsn} (log: {log})")
     drain = _Drain(len(fleet.records))
@@ -204,6 +209,13 @@ def _run(args: argparse.Namespace) -> int:
                 settle=4.0,
                 on_progress=drain,
             )
+            if channel:  # the channel operations share the consumer group
+                worker.wait_drained(
+                    settings.topics.channel_operations,
+                    settings.consumer_group,
+                    timeout=120,
+                    settle=2.0,
+                )
             # The alerter reads limit deaths from its own topic: let it catch up too.
             worker.wait_drained(
                 f"{settings.topic_prefix}.limit-deaths",
