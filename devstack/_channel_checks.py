@@ -60,6 +60,7 @@ def channel_checks(rows: Rows, db: str, truth: dict[str, Any], make_check: Any) 
     }
     checks.append(make_check("channel denials", "connection/reason counts", want_denials,
                              got_denials))  # fmt: skip
-    got_q = dict(rows(f"SELECT event_id, any(reason) FROM {db}.channel_quarantine GROUP BY 1"))
+    q_sql = f"SELECT event_id, any(reason) FROM {db}.channel_quarantine GROUP BY 1"
+    got_q: dict[Any, Any] = dict(rows(q_sql))
     checks.append(make_check("channel quarantine", "records", truth["quarantined_events"], got_q))
     return checks

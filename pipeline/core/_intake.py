@@ -37,7 +37,6 @@ from prism.schemas import (
 
 from ._alerts import ExhaustionAlerter, alert_record
 from ._channels import ChannelProcessor
-from ._keyed import KeyedProcessor
 from ._processor import Processor
 from ._types import CoreConfig, Delivery, EventClock, Output, OutRecord
 
@@ -147,9 +146,9 @@ class Intake:
             self.channels[partition] = proc
         return proc
 
-    def lane(self, partition: int) -> list[KeyedProcessor[Any]]:
+    def lane(self, partition: int) -> list[Processor | ChannelProcessor]:
         """The partition's processors that exist (run semantics first, then channels)."""
-        procs: list[KeyedProcessor[Any]] = []
+        procs: list[Processor | ChannelProcessor] = []
         if partition in self.processors:
             procs.append(self.processors[partition])
         if partition in self.channels:
@@ -278,10 +277,10 @@ class Intake:
             rest, parse_batch([values[i] for i in rest], self.max_event_bytes), strict=True
         ):
             out[i] = item
-        for i, item in zip(
+        for i, parsed in zip(
             marked, parse_any_batch([values[i] for i in marked], self.max_event_bytes), strict=True
         ):
-            out[i] = item
+            out[i] = parsed
         return out
 
     def _apply(
