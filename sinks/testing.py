@@ -17,6 +17,10 @@ from typing import Any
 
 from prism.schemas import (
     AlertRow,
+    ChannelDenialRow,
+    ChannelOperationRow,
+    ChannelQuarantineRow,
+    ChannelWatermarkRow,
     DeadLetterRow,
     QuarantineRow,
     RawEventRow,
@@ -28,6 +32,7 @@ from prism.schemas import (
 __all__ = [
     "FailingInserts",
     "alert_row",
+    "channel_rows",
     "dead_letter_row",
     "event_row",
     "quarantine_row",
@@ -163,3 +168,33 @@ def alert_row(alert_id: str, **overrides: Any) -> AlertRow:
     )  # fmt: skip
     values.update(overrides)
     return AlertRow(**values)
+
+
+def channel_rows(operation_id: str, event_id: str, **overrides: Any) -> dict[str, list[Any]]:
+    """One row of each channel table, as ``LedgerBatch`` keyword arguments (``overrides``
+    apply to every row that has the field, e.g. ``tenant_id``)."""
+    op: dict[str, Any] = dict(
+        operation_id=operation_id, connection_id="telegram:main", tenant_id="acme",
+        kind="message", state="delivery_unknown", reason="send timed out", run_id=None,
+        session_id=None, agent_id=None, first_ts=T0, last_ts=T0, since=T0, admitted_at=T0,
+        delivered_at=None, stuck=False, transitions=3, version=6,
+    )  # fmt: skip
+    denial: dict[str, Any] = dict(
+        event_id=event_id, operation_id=None, ts=T0, connection_id="telegram:main",
+        tenant_id="acme", kind="message", reason="capacity", version=2,
+    )  # fmt: skip
+    quarantined: dict[str, Any] = dict(
+        event_id=event_id + "q", operation_id=operation_id, seq=3, state="executing", ts=T0,
+        connection_id="telegram:main", tenant_id="acme", reason="illegal_transition",
+        payload="{}", source="prism.channel-operations", partition=0, offset=3,
+        received_at=T0, version=8,
+    )  # fmt: skip
+    for values in (op, denial, quarantined):
+        values.update({k: v for k, v in overrides.items() if k in values})
+    wm = ChannelWatermarkRow(key="pipeline", watermark=T0, version=1)
+    return {
+        "channel_operations": [ChannelOperationRow(**op)],
+        "channel_denials": [ChannelDenialRow(**denial)],
+        "channel_quarantine": [ChannelQuarantineRow(**quarantined)],
+        "channel_watermarks": [wm],
+    }

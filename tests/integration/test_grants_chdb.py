@@ -27,6 +27,7 @@ from prism.sinks import (
 )
 from prism.sinks.testing import (
     alert_row,
+    channel_rows,
     dead_letter_row,
     event_row,
     quarantine_row,
@@ -51,6 +52,7 @@ def _batch(tenant: str, tag: str) -> LedgerBatch:
         quarantine=[quarantine_row(f"q{tag}", f"r{tag}", **t)],
         dead_letters=[dead_letter_row(int(tag))],
         alerts=[alert_row(f"a{tag}", **t)],
+        **channel_rows(f"op{tag}", f"c{tag}", **t),
     )
 
 
@@ -87,13 +89,15 @@ def test_row_policy_conditions_keep_only_the_selected_tenant(
     for table, condition in policies.items():
         for selected in (*TENANTS, "*", "nobody"):
             sql = condition.replace(f"getSetting('{TENANT_SETTING}')", sql_string(selected))
-            has_tenant = table != "dead_letters_store"
+            has_tenant = table not in ("dead_letters_store", "channel_watermark_store")
             column = "tenant_id" if has_tenant else "'-'"
             rows = ch_client.query(
                 f"SELECT DISTINCT {column} FROM {ch_database}.{table} WHERE {sql}"
             ).result_rows
             seen = {r[0] for r in rows}
-            if selected == "*":
+            if table == "channel_watermark_store":  # one pipeline-wide row, for every tenant
+                assert seen == {"-"}, (table, selected)
+            elif selected == "*":
                 assert seen == (set(TENANTS) if has_tenant else {"-"}), (table, selected)
             elif selected in TENANTS and has_tenant:
                 assert seen == {selected}, (table, selected)
