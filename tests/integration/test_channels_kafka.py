@@ -26,8 +26,8 @@ from tests.integration.test_faults_harness import FaultLab
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 FLEET = FleetConfig(
-    runs=80, seed=1717, duplicates=0.02, reorder_window=2, guardrail_denials=0.1,
-    channel_operations=250,
+    runs=40, seed=1717, duplicates=0.02, reorder_window=2, guardrail_denials=0.1,
+    channel_operations=150,
 )  # fmt: skip
 CHANNEL_VIEWS = ("channel_operations", "channel_open_items", "channel_denials",
                  "channel_quarantine", "guardrail_denials")  # fmt: skip
