@@ -16,6 +16,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         description=(
             "Runs the same run-semantics core as the worker over a JSONL file (one envelope "
             "per line, '-' for stdin): for backfills, debugging and reproducible results. "
+            "Agent events and channel operations may be mixed: each line goes to its family's "
+            "semantics by its schema field. "
             "Malformed lines go to the dead_letters table with their line number. At the end "
             "every run whose terminal arrived is closed and the stale rule is applied on the "
             "event-time watermark. The run state is kept in the ledger (table ingest_state), "
