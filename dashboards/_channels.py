@@ -229,6 +229,26 @@ def channels(database: str | None = None) -> dashboard_models.Dashboard:
             ],
         ),
     )
+    b.add(
+        bars(
+            "Quarantined channel records by reason",
+            "Valid channel records the operation semantics rejected in the time range: "
+            "illegal_transition (not a legal successor of the state reached at its seq) or "
+            "duplicate_seq (another record holds the seq). A producer bug, not a user error.",
+            "short",
+            ch(
+                f"""
+                SELECT reason, count() AS records
+                FROM channel_quarantine
+                WHERE $__timeFilter(ts) AND {TENANT_FILTER}
+                GROUP BY reason
+                ORDER BY records DESC
+                """
+            ),
+            w=24,
+            h=6,
+        )
+    )
     b.row("Open items and stuck operations")
     b.add(
         table_panel(

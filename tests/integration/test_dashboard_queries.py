@@ -243,6 +243,8 @@ def test_channel_panels_match_the_ground_truth(ledger: Ledger) -> None:
     by_state = dict(_value(ledger, dash, "Operations by state", ALL))
     operations = Counter(op["state"] for op in truth["operations"].values())
     assert by_state == {state or "(none)": n for state, n in operations.items()}
+    quarantined = dict(_value(ledger, dash, "Quarantined channel records by reason", ALL))
+    assert quarantined == {k: v for k, v in truth["quarantine"].items() if v}
     by_connection = dict(_value(ledger, dash, "Denials by connection", ALL))
     assert by_connection == {
         c: sum(r.values()) for c, r in truth["denials"]["by_connection"].items()
