@@ -50,8 +50,10 @@ from ..core import (
 )
 from ..settings import Settings
 from ._faust import (
+    committed_offset,
     die,
     event_context,
+    handled_elsewhere,
     header,
     in_record,
     lag,
@@ -60,7 +62,7 @@ from ._faust import (
     raw_topic,
     send,
 )
-from ._offsets import ReadBack, missing_ranges
+from ._offsets import ReadBack
 from ._telemetry import WorkerTelemetry
 
 __all__ = ["AlertSink", "PipelineWorker"]
@@ -140,12 +142,15 @@ class PipelineWorker:
     async def _handle_batch(self, events: Sequence[Any]) -> None:
         self._forget_revoked()
         batches: dict[int, list[InRecord]] = defaultdict(list)
+        read_back: dict[int, list[tuple[int, int]]] = {}
         for ev in events:
             batches[ev.message.partition].append(in_record(ev.message))
             self.last_event[ev.message.partition] = ev
         for partition in sorted(batches):
             self._restore(partition)
-            batches[partition] = await self._without_gaps(partition, batches[partition])
+            batches[partition], read_back[partition] = await self._without_gaps(
+                partition, batches[partition]
+            )
             # a partition with records still waiting holds the pipeline watermark back
             behind = lag(self.app, self._tp(partition), batches[partition][-1].offset)
             self.intake.clock.behind(partition, behind > 0)
@@ -158,26 +163,31 @@ class PipelineWorker:
         self.telemetry.acknowledged(out.event_ts)
         await self._publish(out, ordered)
         self._write_state(out.state_writes)
+        for partition, ranges in read_back.items():  # in the ledger now: commit past them
+            if ranges and partition not in self._revoked:
+                await handled_elsewhere(self.app, self._tp(partition), ranges)
         await self._after(out)
 
-    async def _without_gaps(self, partition: int, recs: list[InRecord]) -> list[InRecord]:
+    async def _without_gaps(
+        self, partition: int, recs: list[InRecord]
+    ) -> tuple[list[InRecord], list[tuple[int, int]]]:
         """The batch's records plus any offsets the consumer skipped, read back, in order."""
-        proc = self.intake.processor(partition)
-        gaps = missing_ranges(proc.next_offset, (r.offset for r in recs))
-        if not gaps:
-            return recs
-        found = await self.read_back.read(partition, gaps)
-        self.stats["offsets_read_back"] += len(found)
-        log.warning(
-            "partition %d: the consumer skipped %d offset(s) %s; read back %d record(s)",
-            partition,
-            sum(end - start for start, end in gaps),
-            ", ".join(f"{a}..{b - 1}" for a, b in gaps[:5]),
-            len(found),
-        )
-        merged = {r.offset: r for r in found}
-        merged.update((r.offset, r) for r in recs)
-        return [merged[o] for o in sorted(merged)]
+        processed = self.intake.processor(partition).next_offset
+        committed = committed_offset(self.app, self._tp(partition))
+        full, gaps = await self.read_back.fill(partition, processed, committed, recs)
+        if gaps:
+            self.stats["offsets_read_back"] += len(full) - len(recs)
+            log.warning(
+                "partition %d: the consumer skipped %d offset(s) %s (processed up to %s, "
+                "committed %s); read back %d record(s)",
+                partition,
+                sum(end - start for start, end in gaps),
+                ", ".join(f"{a}..{b - 1}" for a, b in gaps[:5]),
+                processed,
+                committed,
+                len(full) - len(recs),
+            )
+        return full, gaps
 
     async def _publish(self, out: Output, partitions: dict[int, Any]) -> None:
         """Produce the output records and wait until the broker has every one."""
