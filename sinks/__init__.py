@@ -20,7 +20,16 @@ Example::
     writer.flush()
 """
 
-from prism.sinks._billing import BILLING_SQL, BillingLine, billing_report
+from prism.sinks._billing import (
+    BILLING_SQL,
+    DEFAULT_GROUP_BY,
+    DIMENSIONS,
+    BillingLine,
+    BillingTotal,
+    billing_report,
+    billing_sql,
+    billing_totals,
+)
 from prism.sinks._client import DsnTarget, SecretDsn, connect, parse_dsn, redact_dsn
 from prism.sinks._errors import (
     LedgerConfigError,
@@ -30,6 +39,7 @@ from prism.sinks._errors import (
     LedgerReadOnlyError,
     LedgerWriteError,
     MigrationError,
+    PriceBookError,
 )
 from prism.sinks._grants import (
     ALL_TENANTS,
@@ -39,7 +49,9 @@ from prism.sinks._grants import (
     grants_sql,
     sql_string,
 )
+from prism.sinks._invoice import Invoice, InvoiceLine, Reconciliation, invoice
 from prism.sinks._migrate import load_migrations, migrate, render_migrations
+from prism.sinks._prices import LoadSummary, PriceRow, load_prices, price_book, read_price_file
 from prism.sinks._queries import QueryResult, query, run_timeline
 from prism.sinks._readonly import check_read_only, read_only_query
 from prism.sinks._state import StateTable
@@ -49,15 +61,20 @@ from prism.sinks._writer import INSERT_SETTINGS, FlushResult, InsertHook, Ledger
 __all__ = [
     "ALL_TENANTS",
     "BILLING_SQL",
+    "DEFAULT_GROUP_BY",
+    "DIMENSIONS",
     "INSERT_SETTINGS",
     "STORAGE_TABLES",
     "TENANT_SETTING",
     "VIEWS",
     "Account",
     "BillingLine",
+    "BillingTotal",
     "DsnTarget",
     "FlushResult",
     "InsertHook",
+    "Invoice",
+    "InvoiceLine",
     "LedgerConfigError",
     "LedgerConnectError",
     "LedgerError",
@@ -65,21 +82,31 @@ __all__ = [
     "LedgerReadOnlyError",
     "LedgerWriteError",
     "LedgerWriter",
+    "LoadSummary",
     "MigrationError",
+    "PriceBookError",
+    "PriceRow",
     "QueryResult",
+    "Reconciliation",
     "SecretDsn",
     "SourceRange",
     "StateTable",
     "accounts",
     "billing_report",
+    "billing_sql",
+    "billing_totals",
     "check_read_only",
     "connect",
     "grants_sql",
+    "invoice",
     "load_migrations",
+    "load_prices",
     "migrate",
     "parse_dsn",
+    "price_book",
     "query",
     "read_only_query",
+    "read_price_file",
     "redact_dsn",
     "render_migrations",
     "run_timeline",
