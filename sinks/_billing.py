@@ -30,6 +30,7 @@ __all__ = [
     "billing_report",
     "billing_sql",
     "billing_totals",
+    "line_columns",
     "to_utc",
 ]
 
@@ -320,7 +321,7 @@ def billing_totals(lines: Iterable[BillingLine]) -> list[BillingTotal]:
                 t[name] = (t[name] or 0) + value
         if line.cost is not None:
             t["cost"] = (t["cost"] or Decimal(0)) + line.cost
-    order = sorted(acc, key=lambda k: (k[0] != "reported", k[0], k[1] or ""))
+    order = sorted(acc, key=lambda k: (k[0] != "reported", k[0], k[1] is None, k[1] or ""))
     return [BillingTotal(kind=k[0], currency=k[1], **acc[k]) for k in order]
 
 
