@@ -58,6 +58,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="print only the totals per kind and currency (rows by who priced them, tokens, cost)",
     )
+    p.add_argument(
+        "--show-sql",
+        action="store_true",
+        help="print the report's SQL for this --group-by (parameters start, end, tenant) "
+        "and exit without connecting",
+    )
     add_output_args(p)
     add_connection_args(p)
     p.set_defaults(func=_run)
@@ -138,8 +144,12 @@ def _group_by(text: str) -> tuple[str, ...]:
 
 def _run(args: argparse.Namespace) -> int:
     from prism.sinks import BillingTotal, billing_report, billing_totals
-    from prism.sinks._billing import line_columns
+    from prism.sinks._billing import billing_sql, line_columns
 
+    if args.show_sql:
+        database = args.database or "prism"
+        print(billing_sql(database, args.group_by, tenant=args.tenant is not None).strip())
+        return 0
     client, database = connection(args)
     lines = billing_report(
         client, database, args.start, args.end, tenant=args.tenant, group_by=args.group_by

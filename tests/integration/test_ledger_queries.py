@@ -123,14 +123,17 @@ def test_run_total_rows_never_reach_a_billing_total(ch_client: Any, ledger: str)
 
 
 def test_the_documented_billing_sql_matches_the_report(ch_client: Any, ledger: str) -> None:
-    _write(ch_client, ledger, LedgerBatch(usage=FLEET))
+    no_cost = _u("u12", "r5", turn=7, cost=None, currency=None)  # unpriced: no price book
+    _write(ch_client, ledger, LedgerBatch(usage=[*FLEET, no_cost]))
     sql = re.search(r"```sql\n(.*?)```", BILLING_MD.read_text(), re.S)
     assert sql is not None
     rows = ch_client.query(sql[1].replace("prism.", f"{ledger}.")).result_rows
     report = billing_report(ch_client, ledger, date(2025, 1, 1), date(2025, 2, 1))
+    assert "unpriced" in {x.priced_by for x in report if x.kind == "reported"}
     assert [
-        (r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[10], r[11], r[12]) for r in rows
-    ] == [_line(x) for x in report]
+        (r[0], r[1], r[2], r[3], r[4], r[5], r[7], r[8], r[9], r[11], r[12], r[13], r[6])
+        for r in rows
+    ] == [(*_line(x), x.priced_by) for x in report]
 
 
 def test_cache_hits_weight_by_tokens_over_current_turns(ch_client: Any, ledger: str) -> None:
