@@ -89,6 +89,7 @@ WITH
             ifNull(u.provider, '') AS p_provider,
             ifNull(u.model, '') AS p_model,
             if(u.currency IS NULL, o.currency, assumeNotNull(u.currency)) AS p_currency,
+            NOT u.estimated AND u.cost IS NULL AS needs_price,
             u.input_tokens AS input_tokens,
             u.output_tokens AS output_tokens,
             u.total_tokens AS total_tokens,
@@ -115,7 +116,7 @@ WITH
             arrayLast(p -> p.1 <= x.recorded_at, b.output_p) AS pr_output,
             arrayLast(p -> p.1 <= x.recorded_at, b.cache_read_p) AS pr_cache_read,
             arrayLast(p -> p.1 <= x.recorded_at, b.cache_write_p) AS pr_cache_write,
-            NOT x.estimated AND x.row_cost IS NULL AND b.currency != ''
+            x.needs_price AND b.currency != ''
                 AND (x.input_tokens IS NOT NULL OR x.output_tokens IS NOT NULL)
                 AND (n_input = 0 OR arrayExists(p -> p.1 <= x.recorded_at, b.input_p))
                 AND (n_output = 0 OR arrayExists(p -> p.1 <= x.recorded_at, b.output_p))
@@ -133,8 +134,9 @@ WITH
                  toDecimal128(n_cache_write, 0) * pr_cache_write.2 / pr_cache_write.3)
                 AS book_cost
         FROM usage_rows AS x
-        LEFT JOIN book AS b
-            ON b.provider = x.p_provider AND b.model = x.p_model AND b.currency = x.p_currency
+        LEFT JOIN book AS b  -- only the rows that need a price carry the price lists
+            ON b.provider = if(x.needs_price, x.p_provider, '') AND b.model = x.p_model
+            AND b.currency = x.p_currency
     )
 SELECT
     {dims}
@@ -164,6 +166,35 @@ SETTINGS
     optimize_move_to_prewhere_if_final = 0
 """
 
+# The same report while the price book is empty: no row can be priced by it, so nothing
+# joins the book (the common case stays as fast as a plain aggregate).
+_SQL_RUNTIME = """
+SELECT
+    {dim_exprs}
+    if(u.estimated, 'estimated', 'reported') AS kind,
+    if(u.estimated, NULL, u.currency) AS currency,
+    if(u.estimated, u.confidence, NULL) AS confidence,
+    if(u.estimated OR u.cost IS NULL, 'unpriced', 'runtime') AS priced_by,
+    count() AS rows,
+    sum(u.input_tokens) AS input_tokens,
+    sum(u.output_tokens) AS output_tokens,
+    sum(u.total_tokens) AS total_tokens,
+    sum(u.cache_read_tokens) AS cache_read_tokens,
+    sum(u.cache_write_tokens) AS cache_write_tokens,
+    if(kind = 'estimated', NULL, sum(u.cost)) AS cost
+FROM {db}.usage_store AS u FINAL{runs_join}
+WHERE u.scope = 'provider_turn'
+  AND u.recorded_at >= {{start:DateTime64(3, 'UTC')}}
+  AND u.recorded_at < {{end:DateTime64(3, 'UTC')}}{tenant_filter}
+  AND NOT u.superseded
+  AND NOT u.retracted
+GROUP BY {dims} kind, currency, confidence, priced_by
+ORDER BY {dims} kind, currency, confidence, priced_by
+SETTINGS
+    do_not_merge_across_partitions_select_final = 1,
+    optimize_move_to_prewhere_if_final = 0
+"""
+
 _RUNS_JOIN = """
         LEFT JOIN (SELECT run_id, user_id, agent_id FROM {db}.runs_store FINAL) AS r
             ON r.run_id = u.run_id"""
@@ -171,17 +202,25 @@ _TENANT_FILTER = "\n          AND u.tenant_id = {tenant:String}"
 
 
 def billing_sql(
-    database: str, group_by: Sequence[str] = DEFAULT_GROUP_BY, *, tenant: bool = False
+    database: str,
+    group_by: Sequence[str] = DEFAULT_GROUP_BY,
+    *,
+    tenant: bool = False,
+    price_book: bool = True,
 ) -> str:
-    """The report's SQL for ``group_by`` (names of ``DIMENSIONS``), parameters ``start``/``end``."""
+    """The report's SQL for ``group_by`` (names of ``DIMENSIONS``), parameters ``start``/``end``.
+
+    ``price_book=False`` is the same report for a ledger whose price book is empty.
+    """
     validate_identifier(database)
     dims = _check_group_by(group_by)
     columns = [DIMENSIONS[d] for d in dims]
     needs_run = any(expr.startswith("r.") for _, expr in columns)
-    return _SQL.format(
+    indent = "            " if price_book else "    "
+    return (_SQL if price_book else _SQL_RUNTIME).format(
         db=database,
         dims="".join(f"{name}, " for name, _ in columns),
-        dim_exprs="".join(f"{expr} AS {name},\n            " for name, expr in columns),
+        dim_exprs="".join(f"{expr} AS {name},\n{indent}" for name, expr in columns),
         runs_join=_RUNS_JOIN.format(db=database) if needs_run else "",
         tenant_filter=_TENANT_FILTER if tenant else "",
     )
@@ -290,11 +329,13 @@ def billing_report(
             " (the period is [from, to), to is exclusive)"
         )
     dims = _check_group_by(group_by)
-    sql = billing_sql(database, dims, tenant=tenant is not None)
+    validate_identifier(database)
     params: dict[str, Any] = {"start": _ch_time(lo), "end": _ch_time(hi)}
     if tenant is not None:
         params["tenant"] = tenant
     try:
+        book = client.query(f"SELECT count() FROM {database}.prices_store").result_rows[0][0]
+        sql = billing_sql(database, dims, tenant=tenant is not None, price_book=bool(book))
         result = client.query(sql, parameters=params)
     except Exception as exc:
         raise LedgerQueryError(

@@ -17,6 +17,7 @@ from prism.sinks import (
     LedgerWriter,
     SourceRange,
     billing_report,
+    billing_sql,
     migrate,
     run_timeline,
 )
@@ -130,6 +131,10 @@ def test_the_documented_billing_sql_matches_the_report(ch_client: Any, ledger: s
     rows = ch_client.query(sql[1].replace("prism.", f"{ledger}.")).result_rows
     report = billing_report(ch_client, ledger, date(2025, 1, 1), date(2025, 2, 1))
     assert "unpriced" in {x.priced_by for x in report if x.kind == "reported"}
+    # with an empty price book the report runs a leaner query: the full one agrees
+    params = {"start": "2025-01-01 00:00:00.000", "end": "2025-02-01 00:00:00.000"}
+    full = ch_client.query(billing_sql(ledger, price_book=True), parameters=params)
+    assert [BillingLine(**r).values() for r in full.named_results()] == [x.values() for x in report]
     assert [
         (r[0], r[1], r[2], r[3], r[4], r[5], r[7], r[8], r[9], r[11], r[12], r[13], r[6])
         for r in rows
