@@ -6,6 +6,8 @@ cost is never re-priced; estimates and rows the book does not cover stay unprice
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Iterator
 from datetime import UTC, date, datetime
 from decimal import ROUND_DOWN, Decimal
 from pathlib import Path
@@ -92,17 +94,32 @@ N2 = _cost(1_000, "3")
 N3 = _cost(1_000_000, "2")
 
 
-@pytest.fixture
-def ledger(ch_client: Any, ch_database: str, tmp_path: Path) -> str:
-    migrate(ch_client, ch_database)
-    writer = LedgerWriter(ch_client, ch_database)
+def _fill(client: Any, database: str, path: Path) -> str:
+    migrate(client, database)
+    writer = LedgerWriter(client, database)
     runs = [run_row(f"r{i}", agent_id=f"agent-{i % 2}") for i in range(1, 7)]
     writer.add(LedgerBatch(usage=USAGE, runs=runs), SourceRange("prism.agent-events", 0, 0, 20))
     writer.flush()
-    path = tmp_path / "prices.yaml"
     path.write_text(PRICES, encoding="utf-8")
-    load_prices(ch_client, ch_database, read_price_file(path), source=str(path))
-    return ch_database
+    load_prices(client, database, read_price_file(path), source=str(path))
+    return database
+
+
+@pytest.fixture(scope="module")
+def ledger(ch_client: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One ledger for the tests that only read it (a migration takes seconds)."""
+    database = f"t_price_{uuid.uuid4().hex[:10]}"
+    ch_client.command(f"CREATE DATABASE {database}")
+    try:
+        yield _fill(ch_client, database, tmp_path_factory.mktemp("prices") / "prices.yaml")
+    finally:
+        ch_client.command(f"DROP DATABASE IF EXISTS {database} SYNC")
+
+
+@pytest.fixture
+def own_ledger(ch_client: Any, ch_database: str, tmp_path: Path) -> str:
+    """A ledger a test may change."""
+    return _fill(ch_client, ch_database, tmp_path / "prices.yaml")
 
 
 def _lines(client: Any, db: str, *group_by: str) -> list[tuple[Any, ...]]:
@@ -147,8 +164,9 @@ def test_totals_per_currency_keep_who_priced_what(ch_client: Any, ledger: str) -
 
 
 def test_reloading_is_idempotent_and_a_corrected_price_wins(
-    ch_client: Any, ledger: str, tmp_path: Path
+    ch_client: Any, own_ledger: str, tmp_path: Path
 ) -> None:
+    ledger = own_ledger
     path = tmp_path / "prices.yaml"
     again = load_prices(ch_client, ledger, read_price_file(path), source=str(path))
     assert (again.new, again.changed, again.unchanged) == (0, 0, 7)
@@ -183,7 +201,8 @@ def test_invoice_lines_reconcile_with_the_ledger(ch_client: Any, ledger: str) ->
     }
 
 
-def test_retracted_usage_is_never_billed(ch_client: Any, ledger: str) -> None:
+def test_retracted_usage_is_never_billed(ch_client: Any, own_ledger: str) -> None:
+    ledger = own_ledger
     gone = usage_row("r1", "r1", turn=4, input_tokens=5, output_tokens=5, cost=Decimal("0.5"),
                      currency="USD", recorded_at=JAN_20, version=2, retracted=True)  # fmt: skip
     writer = LedgerWriter(ch_client, ledger)
