@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import fields
 from pathlib import Path
 
 from prism.pipeline.commands.billing import add_output_args, emit
@@ -76,9 +75,8 @@ def _load(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from prism.sinks import PriceRow, price_book
+    from prism.sinks import price_book
 
-    assert set(_LIST_COLUMNS) <= {f.name for f in fields(PriceRow)}
     client, database = connection(args)
     book = price_book(client, database)
     emit(args, list(_LIST_COLUMNS), [tuple(getattr(r, c) for c in _LIST_COLUMNS) for r in book])
