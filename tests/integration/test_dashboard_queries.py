@@ -108,11 +108,17 @@ def _variables(ledger: Ledger, dash: dict[str, Any], tenant: str) -> list[Variab
     tenant_sql = next(v for v in dash["templating"]["list"] if v["name"] == "tenant")["query"]
     options = [r[0] for r in ledger.rows(expand_query(tenant_sql, ledger.time_range, []))]
     value = [ALL] if tenant == ALL else [tenant]
-    return [
+    variables = [
         Variable("tenant", value, options=options),
         Variable("run_id", ledger.run_id),
         Variable("datasource", "prism-clickhouse"),
     ]
+    # Every other filter (provider, tool, agent, user, session) on All, options from its query.
+    for var in dash["templating"]["list"]:
+        if var["type"] == "query" and var["name"] not in ("tenant", "run_id"):
+            sql = expand_query(var["query"], ledger.time_range, variables)
+            variables.append(Variable(var["name"], [ALL], options=[r[0] for r in ledger.rows(sql)]))
+    return variables
 
 
 def _queries(dash: dict[str, Any]) -> Iterator[tuple[str, str]]:
@@ -143,6 +149,7 @@ def test_every_query_of_every_dashboard_returns_rows(
 
 
 def test_alert_queries_return_rows(ledger: Ledger) -> None:
+    """Each rule's query runs; whether it fires is tests/integration/test_alert_rules.py's."""
     values = {}
     for rule in alert_rules(database=ledger.database):
         model = rule.data[0].model
@@ -150,9 +157,6 @@ def test_alert_queries_return_rows(ledger: Ledger) -> None:
         assert rows, f"alert {rule.title!r} returned no rows"
         values[rule.uid] = rows
     manifest = ledger.fleet.manifest
-    incomplete = sum(1 for r in manifest["runs"].values() if r["status"] == "incomplete")
-    assert values["prism-stale-runs"] == [(incomplete,)]
-    assert values["prism-dead-letter-growth"] == [(sum(manifest["dlq"].values()),)]
     died_on = {r["exhaustion"]["axis"] for r in manifest["runs"].values() if r["exhaustion"]}
     assert {axis for axis, _ in values["prism-limit-exhaustion-rate"]} == died_on
 
