@@ -144,7 +144,7 @@ def _dead_letters(t: AlertThresholds) -> AlertSpec:
         ),
         "critical",
         "OK",
-        "2m",
+        "0s",  # the 5-minute window already smooths; a pending period would only delay
     )
 
 
@@ -161,7 +161,8 @@ def _stale_runs(t: AlertThresholds) -> AlertSpec:
         FROM alerts
         WHERE rule = 'stale_run' AND state = 'firing' AND $__timeFilter(ts)
           AND alert_id NOT IN (
-              SELECT alert_id FROM alerts WHERE rule = 'stale_run' AND state = 'resolved'
+              SELECT alert_id FROM alerts
+              WHERE rule = 'stale_run' AND state = 'resolved' AND ts <= $__toTime
           )
         """,
         t.stale_window_s + t.stale_baseline_s,
@@ -198,7 +199,7 @@ def _freshness(t: AlertThresholds) -> AlertSpec:
         FROM (
             SELECT
                 (SELECT count() FROM runs
-                 WHERE status = 'running'
+                 WHERE status = 'running' AND last_event_at <= $__toTime
                    AND last_event_at > $__toTime - INTERVAL {t.freshness_expect_s} SECOND)
                     AS open_runs,
                 (SELECT maxOrNull(received_at) FROM run_events
