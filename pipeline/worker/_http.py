@@ -36,7 +36,7 @@ class MetricsServerError(RuntimeError):
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
 
-    def do_GET(self) -> None:  # noqa: N802 (the http.server name)
+    def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]
         if path == "/metrics":
             self._send(200, METRICS_CONTENT_TYPE, self.server.telemetry.metrics_text())
@@ -54,7 +54,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: Any) -> None:
         log.debug("metrics endpoint: " + format, *args)
 
 
