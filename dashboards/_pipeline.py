@@ -240,7 +240,7 @@ def pipeline(database: str | None = None) -> dashboard_models.Dashboard:
             w=12,
         ),
     )
-    b.row("Alerts")
+    b.row("Alert history")
     b.add(
         timeseries_panel(
             "Alerts raised by rule",
