@@ -28,8 +28,11 @@ from prism.dashboards import (
     expand_alert_query,
     expand_query,
     lint_expanded_sql,
+    pipeline,
+    provider_health,
     run_explorer,
     sre_overview,
+    tools,
 )
 from prism.pipeline._store import LedgerStore
 from prism.pipeline.ingest import ingest_lines
@@ -108,11 +111,17 @@ def _variables(ledger: Ledger, dash: dict[str, Any], tenant: str) -> list[Variab
     tenant_sql = next(v for v in dash["templating"]["list"] if v["name"] == "tenant")["query"]
     options = [r[0] for r in ledger.rows(expand_query(tenant_sql, ledger.time_range, []))]
     value = [ALL] if tenant == ALL else [tenant]
-    return [
+    variables = [
         Variable("tenant", value, options=options),
         Variable("run_id", ledger.run_id),
         Variable("datasource", "prism-clickhouse"),
     ]
+    # Every other filter (provider, tool, agent, user, session) on All, options from its query.
+    for var in dash["templating"]["list"]:
+        if var["type"] == "query" and var["name"] not in ("tenant", "run_id"):
+            sql = expand_query(var["query"], ledger.time_range, variables)
+            variables.append(Variable(var["name"], [ALL], options=[r[0] for r in ledger.rows(sql)]))
+    return variables
 
 
 def _queries(dash: dict[str, Any]) -> Iterator[tuple[str, str]]:
@@ -143,6 +152,7 @@ def test_every_query_of_every_dashboard_returns_rows(
 
 
 def test_alert_queries_return_rows(ledger: Ledger) -> None:
+    """Each rule's query runs; whether it fires is tests/integration/test_alert_rules.py's."""
     values = {}
     for rule in alert_rules(database=ledger.database):
         model = rule.data[0].model
@@ -150,9 +160,6 @@ def test_alert_queries_return_rows(ledger: Ledger) -> None:
         assert rows, f"alert {rule.title!r} returned no rows"
         values[rule.uid] = rows
     manifest = ledger.fleet.manifest
-    incomplete = sum(1 for r in manifest["runs"].values() if r["status"] == "incomplete")
-    assert values["prism-stale-runs"] == [(incomplete,)]
-    assert values["prism-dead-letter-growth"] == [(sum(manifest["dlq"].values()),)]
     died_on = {r["exhaustion"]["axis"] for r in manifest["runs"].values() if r["exhaustion"]}
     assert {axis for axis, _ in values["prism-limit-exhaustion-rate"]} == died_on
 
@@ -219,3 +226,67 @@ def test_run_explorer_follows_the_selected_run(ledger: Ledger) -> None:
     assert sorted(r[0] for r in _value(ledger, dash, "Delegated children", ALL)) == sorted(children)
     exhaustion = _value(ledger, dash, "Limit exhaustion (run and children)", ALL)
     assert {r[0] for r in exhaustion} <= {ledger.run_id, *children} and exhaustion
+
+
+def _narrowed(ledger: Ledger, dash: dict[str, Any], title: str, **chosen: str) -> Any:
+    """A panel's rows with some filters (e.g. tool, agent) set to one value, the rest on All."""
+    variables = {
+        v.name: Variable(v.name, [chosen[v.name]]) if v.name in chosen else v
+        for v in _variables(ledger, dash, ALL)
+    }
+    panel = next(p for p in dash["panels"] if p.get("title") == title)
+    return ledger.rows(expand_query(panel["targets"][0]["rawSql"], ledger.time_range, variables))
+
+
+def test_provider_and_tool_figures_match_the_ledger(ledger: Ledger) -> None:
+    db = ledger.database
+    provider = dashboard_json(provider_health(db))
+    [(retried, attempts)] = ledger.rows(
+        f"SELECT countIf(attempt > 1), count() FROM {db}.turns WHERE kind = 'model'"
+    )
+    assert retried > 0
+    assert _value(ledger, provider, "Retried attempts", ALL) == [
+        (pytest.approx(retried / attempts),)
+    ]
+    board = dashboard_json(tools(db))
+    [(calls, clamps)] = ledger.rows(
+        f"SELECT countIf(type = 'tool_call_finished'), countIf(type = 'tool_narrowing_clamped') "
+        f"FROM {db}.run_events"
+    )
+    assert _value(ledger, board, "Tool calls", ALL) == [(calls,)]
+    assert _value(ledger, board, "Narrowing clamps", ALL) == [(clamps,)] and clamps > 0
+    [(tool, tool_calls)] = ledger.rows(
+        f"SELECT JSONExtractString(payload, 'tool') AS t, count() FROM {db}.run_events "
+        "WHERE type = 'tool_call_finished' GROUP BY t ORDER BY count() DESC, t LIMIT 1"
+    )
+    summary = _narrowed(ledger, board, "Tools summary", tool=tool)
+    assert [(row[0], row[1]) for row in summary] == [(tool, tool_calls)]
+
+
+def test_cost_by_run_and_agent_match_the_ledger(ledger: Ledger) -> None:
+    db = ledger.database
+    dash = dashboard_json(cost_and_usage(db))
+    [(top_run, top_cost)] = ledger.rows(
+        f"SELECT run_id, toFloat64(sum(cost)) AS c FROM {db}.billing_usage "
+        "WHERE NOT superseded AND cost IS NOT NULL GROUP BY run_id, currency "
+        "ORDER BY c DESC LIMIT 1"
+    )
+    top = _value(ledger, dash, "Top 20 most expensive runs", ALL)
+    assert len(top) == 20 and (top[0][0], top[0][7]) == (top_run, pytest.approx(top_cost))
+    [(agent,)] = ledger.rows(f"SELECT agent_id FROM {db}.runs WHERE run_id = '{top_run}'")
+    by_agent = _narrowed(ledger, dash, "Cost by agent", agent=agent)
+    assert {row[0] for row in by_agent} == {agent}
+    [(agent_cost,)] = ledger.rows(
+        f"SELECT toFloat64(sum(u.cost)) FROM {db}.billing_usage AS u "
+        f"INNER JOIN {db}.runs AS r ON r.run_id = u.run_id "
+        f"WHERE NOT u.superseded AND r.agent_id = '{agent}'"
+    )
+    assert sum(row[5] or 0 for row in by_agent) == pytest.approx(agent_cost)
+
+
+def test_pipeline_alerts_table_lists_each_alert_once(ledger: Ledger) -> None:
+    dash = dashboard_json(pipeline(ledger.database))
+    [(alerts,)] = ledger.rows(f"SELECT uniq(alert_id) FROM {ledger.database}.alerts")
+    rows = _value(ledger, dash, "Alerts", ALL)
+    assert len(rows) == alerts > 0
+    assert {r[3] for r in rows} <= {"firing", "resolved"} and all(r[6] >= 0 for r in rows)
