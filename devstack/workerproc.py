@@ -25,6 +25,11 @@ from pathlib import Path
 from types import TracebackType
 
 from prism.pipeline.retry import DEFAULT_DEADLINE, retry_transient
+from prism.pipeline.settings import Settings
+
+from ._kafka import free_port
+
+_DEFAULT_METRICS_PORT = Settings.model_fields["metrics_port"].default
 
 __all__ = [
     "WorkerProcess",
@@ -79,7 +84,7 @@ def committed_positions(
     return asyncio.run(
         retry_transient(
             lambda: _positions(bootstrap, group, topic),
-            what=f"reading the offsets of consumer group {group!r} on {topic}",
+            what=f"reading the lag of consumer group {group!r} on {topic}",
             bootstrap=bootstrap,
             deadline=deadline,
         )
@@ -148,6 +153,11 @@ class WorkerProcess:
     ) -> None:
         """``faults`` (a ``prism.devstack.faults`` spec) starts the worker with those faults."""
         self.env = {**os.environ, **env}
+        # Several workers share this host: each gets its own /metrics port unless one was
+        # chosen (worker_env() always carries the setting, so its default counts as unset).
+        if self.env.get("PRISM_METRICS_PORT", "") in ("", str(_DEFAULT_METRICS_PORT)):
+            self.env["PRISM_METRICS_PORT"] = str(free_port())
+        self.metrics_port = int(self.env["PRISM_METRICS_PORT"])
         self.faults = faults
         self.log_path = log_path or Path(self.env.get("PRISM_STATE_DIR", ".")) / "worker.log"
         self.args = args

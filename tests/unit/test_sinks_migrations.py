@@ -19,6 +19,7 @@ VERSIONED = {
     "run_events_store",
     "quarantine_store",
     "ingest_state",
+    "prices_store",
 }
 APPEND_ONLY = {"dead_letters_store"}
 
@@ -82,7 +83,7 @@ def test_cluster_ddl_is_replicated_and_on_cluster() -> None:
         assert "non_replicated" not in ddl
     assert "INTERVAL 30 DAY" in creates["run_events_store"]
     views = {s.split()[4] for s in statements if s.startswith("CREATE OR REPLACE VIEW")}
-    assert len(views) == 9
+    assert len(views) == 10
     assert all(v.startswith("prism.") for v in views)
 
 
