@@ -3,9 +3,9 @@
 What the ledger knows about the worker: when rows arrived (``received_at``), from which
 source partition and offset, what was dead-lettered or quarantined and why, and every
 alert transition (``alerts``: one row per firing and per resolve). The worker's own
-figures (consumer lag per partition, freshness when ClickHouse acknowledged a row, batch
-sizes, insert latency) are on its ``/metrics`` endpoint for Prometheus
-(``dashboards/README.md``).
+position per partition is sampled into ``worker_progress`` (consumer lag); its other
+figures (freshness when ClickHouse acknowledged a row, batch sizes, insert latency) are on
+its ``/metrics`` endpoint for Prometheus (``dashboards/README.md``).
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def pipeline(database: str | None = None) -> dashboard_models.Dashboard:
         "Prism / Pipeline",
         "The worker as the ledger sees it: ingest freshness and throughput, progress per "
         "source partition, dead letters and quarantine by reason, and the alerts it raised "
-        "(firing and resolved, with their age). Consumer lag is on the worker's /metrics.",
+        "(firing and resolved, with their age), and consumer lag as the workers sample it.",
         database=database,
         tags=("prism", "sre", "pipeline"),
     )
@@ -162,6 +162,51 @@ def pipeline(database: str | None = None) -> dashboard_models.Dashboard:
             h=7,
             field_units={"newest_arrival": "dateTimeAsIso", "silent_for": "s"},
         )
+    )
+    b.row("Consumer lag (from the workers)")
+    b.add(
+        timeseries_panel(
+            "Consumer lag by source partition",
+            "Records in Kafka not yet in the ledger, per source partition, as each worker "
+            "sampled it (worker_progress, every PRISM_PROGRESS_INTERVAL_SECONDS). A curve "
+            "that grows while the others stay flat is a stuck partition; all growing is a "
+            "worker or ledger that cannot keep up. Not tenant-scoped.",
+            "short",
+            [
+                ch(
+                    """
+                    SELECT $__timeInterval(ts) AS time,
+                           concat(source, '[', toString(partition), ']') AS partition,
+                           max(lag) AS lag
+                    FROM worker_progress
+                    WHERE $__timeFilter(ts)
+                    GROUP BY time, partition
+                    ORDER BY time, partition
+                    """
+                )
+            ],
+        ),
+        table_panel(
+            "Workers and their partitions",
+            "Each worker's newest sample per partition: stored position, end offset, lag, "
+            "and seconds since the sample and since its last stored batch (at the "
+            "dashboard's end). A worker whose samples stopped has died or lost the group. "
+            "Not tenant-scoped.",
+            "short",
+            ch(
+                """
+                SELECT worker, source, partition, argMax(processed, ts) AS processed,
+                       argMax(end_offset, ts) AS end_offset, argMax(lag, ts) AS lag,
+                       dateDiff('second', max(ts), $__toTime) AS sampled_ago,
+                       dateDiff('second', argMax(last_batch_at, ts), $__toTime) AS last_batch_ago
+                FROM worker_progress
+                WHERE $__timeFilter(ts)
+                GROUP BY worker, source, partition
+                ORDER BY source, partition, worker
+                """
+            ),
+            field_units={"sampled_ago": "s", "last_batch_ago": "s"},
+        ),
     )
     b.row("Rejected records")
     b.add(

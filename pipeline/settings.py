@@ -162,6 +162,9 @@ class Settings(BaseSettings):
     # The worker's HTTP endpoint: GET /metrics (Prometheus text) and /healthz; port 0 = off.
     metrics_host: str = "127.0.0.1"
     metrics_port: int = Field(default=9464, ge=0, le=65535)
+    # How often each worker writes its position per partition to worker_progress (consumer
+    # lag on the Pipeline dashboard); 0 = never.
+    progress_interval_seconds: float = Field(default=15.0, ge=0, le=3600, allow_inf_nan=False)
 
     # Grafana alert rules (`dashboards build`; dashboards/README.md, "Alert rules"). A rule
     # pages only when a human must act: rates against a baseline, never "more than 0".

@@ -23,6 +23,7 @@ __all__ = [
     "AlertRow",
     "DeadLetterRow",
     "LedgerBatch",
+    "ProgressRow",
     "QuarantineRow",
     "RawEventRow",
     "RunRow",
@@ -239,6 +240,24 @@ class AlertRow:
 
 
 @dataclass(slots=True)
+class ProgressRow:
+    """A worker's position on one source partition (table ``worker_progress_store``).
+
+    Written by each worker every ``PRISM_PROGRESS_INTERVAL_SECONDS`` for the partitions it
+    holds, so dashboards chart consumer lag from the ledger like every other figure.
+    """
+
+    ts: datetime  # processing time of the sample
+    worker: str  # host:pid of the worker process
+    source: str  # the source topic
+    partition: int
+    processed: int  # the next offset the worker has stored in the ledger
+    end_offset: int  # the partition's end offset (high watermark) as the worker saw it
+    lag: int  # records not yet in the ledger: end_offset - processed, at least 0
+    last_batch_at: datetime | None  # when the worker last stored a batch of any partition
+
+
+@dataclass(slots=True)
 class LedgerBatch:
     """All rows produced for one input batch; the writer inserts one INSERT per non-empty table."""
 
@@ -249,6 +268,7 @@ class LedgerBatch:
     quarantine: list[QuarantineRow] = field(default_factory=list)
     dead_letters: list[DeadLetterRow] = field(default_factory=list)
     alerts: list[AlertRow] = field(default_factory=list)
+    progress: list[ProgressRow] = field(default_factory=list)
 
     def extend(self, other: LedgerBatch) -> None:
         for name in self.__dataclass_fields__:

@@ -8,6 +8,7 @@ from typing import Any
 from prism.schemas import (
     AlertRow,
     DeadLetterRow,
+    ProgressRow,
     QuarantineRow,
     RawEventRow,
     RunRow,
@@ -26,6 +27,7 @@ STORAGE_TABLES: dict[str, tuple[str, type[Any]]] = {
     "quarantine": ("quarantine_store", QuarantineRow),
     "dead_letters": ("dead_letters_store", DeadLetterRow),
     "alerts": ("alerts_store", AlertRow),
+    "progress": ("worker_progress_store", ProgressRow),
 }
 
 # The names users query (views over the storage tables).
@@ -39,6 +41,7 @@ VIEWS: tuple[str, ...] = (
     "dead_letters",
     "alerts",
     "billing_usage",
+    "worker_progress",
 )
 
 

@@ -25,15 +25,18 @@ from __future__ import annotations
 import asyncio
 import atexit
 import logging
+import os
+import socket
 import time
 from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime
 from typing import Any, cast
 
 import faust
 from faust.types import TP
 
-from prism.schemas import AlertRow, LedgerBatch
+from prism.schemas import AlertRow, LedgerBatch, ProgressRow
 
 from .._store import LedgerSink, LedgerStore, LedgerUnavailable
 from ..core import (
@@ -55,6 +58,7 @@ from ._faust import (
     event_context,
     handled_elsewhere,
     header,
+    highwater,
     in_record,
     lag,
     make_app,
@@ -112,6 +116,8 @@ class PipelineWorker:
         self.telemetry = WorkerTelemetry(settings.state_dir / "worker-stats.json")
         atexit.register(self.telemetry.write_stats, force=True)
         self._last_log = 0.0
+        self._progress_at = 0.0
+        self._worker_id = f"{socket.gethostname()}:{os.getpid()}"
         # take_events is on the concrete Stream, not on the StreamT protocol faust types with
         self.app.agent(self.input, name="prism-events")(cast(Any, self._events_agent))
         self.app.agent(self.deaths, name="prism-limit-deaths")(cast(Any, self._deaths_agent))
@@ -259,7 +265,8 @@ class PipelineWorker:
                 out.extend(part)
                 offset = self.last_event[partition].message.offset if partition in live else 0
                 out.ranges.append(("tick:" + self.topics.input, partition, offset, offset))
-            if not (out.ledger.runs or out.ledger.alerts or out.closed):
+            out.ledger.progress.extend(self._progress(live))
+            if not (out.ledger.runs or out.ledger.alerts or out.closed or out.ledger.progress):
                 self.intake.commit(outs)
                 self._write_state(out.state_writes)
                 return
@@ -273,6 +280,27 @@ class PipelineWorker:
             await self._publish(out, {})
             self._write_state(out.state_writes)
             await self._after(out)
+
+    def _progress(self, partitions: list[int]) -> list[ProgressRow]:
+        """Each held partition's position, once per ``progress_interval_seconds``."""
+        interval = self.settings.progress_interval_seconds
+        now = self.clock()
+        if not interval or now - self._progress_at < interval:
+            return []
+        self._progress_at = now
+        last = self.telemetry.last_batch_at
+        rows = []
+        for p in partitions:
+            end = highwater(self.app, self._tp(p))
+            if end is None:
+                continue
+            processed = self.intake.processor(p).next_offset or 0
+            rows.append(ProgressRow(
+                datetime.fromtimestamp(now, UTC), self._worker_id, self.topics.input, p,
+                processed, end, max(0, end - processed),
+                datetime.fromtimestamp(last, UTC) if last else None,
+            ))  # fmt: skip
+        return rows
 
     # -- the alerter --------------------------------------------------------------------
     async def _deaths_agent(self, stream: faust.Stream) -> None:

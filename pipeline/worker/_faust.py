@@ -33,6 +33,7 @@ __all__ = [
     "event_context",
     "handled_elsewhere",
     "header",
+    "highwater",
     "in_record",
     "lag",
     "make_app",
@@ -130,12 +131,18 @@ async def send(
     )
 
 
-def lag(app: faust.App, tp: Any, offset: int) -> int:
-    """Records behind the partition's high watermark after ``offset``."""
+def highwater(app: faust.App, tp: Any) -> int | None:
+    """The partition's end offset as the consumer last fetched it (None: not known yet)."""
     try:
-        return max(0, int(app.consumer.highwater(tp)) - offset - 1)
-    except Exception:  # no highwater known yet
-        return 0
+        return int(app.consumer.highwater(tp))
+    except Exception:  # no fetch of the partition yet
+        return None
+
+
+def lag(app: faust.App, tp: Any, offset: int) -> int:
+    """Records behind the partition's high watermark after ``offset`` (0 when not known)."""
+    end = highwater(app, tp)
+    return 0 if end is None else max(0, end - offset - 1)
 
 
 def make_app(settings: Settings, *, app_id: str | None = None) -> faust.App:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -35,8 +35,10 @@ from prism.dashboards import (
     tools,
 )
 from prism.pipeline._store import LedgerStore
+from prism.pipeline.core import Output
 from prism.pipeline.ingest import ingest_lines
 from prism.runtime.simulator import Fleet, FleetConfig, simulate
+from prism.schemas import LedgerBatch, ProgressRow
 from prism.sinks import LedgerWriter, migrate
 
 pytestmark = pytest.mark.integration
@@ -83,6 +85,7 @@ def ledger(ch_client: Any) -> Iterator[Ledger]:
             clock=lambda: (start + timedelta(hours=3, minutes=15)).timestamp(),
             max_event_bytes=FLEET.max_event_bytes,
         )
+        _sample_progress(LedgerStore(LedgerWriter(ch_client, database)), start)
         found = ch_client.query(
             f"""
             SELECT p.run_id, p.tenant_id
@@ -104,6 +107,25 @@ def ledger(ch_client: Any) -> Iterator[Ledger]:
         )
     finally:
         ch_client.command(f"DROP DATABASE IF EXISTS {database} SYNC")
+
+
+# Two workers' position samples (worker_progress), as the worker writes them every
+# PRISM_PROGRESS_INTERVAL_SECONDS: w-a holds partitions 0 and 1, w-b partition 2, whose lag
+# grows to 900 while the others catch up. The lag panels must show exactly these.
+_PROGRESS_LAGS = {("w-a", 0): (40, 10, 0), ("w-a", 1): (5, 0, 0), ("w-b", 2): (100, 500, 900)}
+
+
+def _sample_progress(store: LedgerStore, start: datetime) -> None:
+    rows = []
+    for (worker, partition), lags in _PROGRESS_LAGS.items():
+        for i, lag in enumerate(lags):
+            ts = start + timedelta(hours=1, minutes=5 * i)
+            end = 1000 * (partition + 1) + 100 * i
+            rows.append(ProgressRow(ts, worker, "t.prism.agent-events", partition,
+                                    end - lag, end, lag, ts - timedelta(seconds=2)))  # fmt: skip
+    out = Output(ledger=LedgerBatch(progress=rows))
+    out.ranges.append(("progress", 0, 0, 0))
+    store(out)
 
 
 def _variables(ledger: Ledger, dash: dict[str, Any], tenant: str) -> list[Variable]:
@@ -290,3 +312,20 @@ def test_pipeline_alerts_table_lists_each_alert_once(ledger: Ledger) -> None:
     rows = _value(ledger, dash, "Alerts", ALL)
     assert len(rows) == alerts > 0
     assert {r[3] for r in rows} <= {"firing", "resolved"} and all(r[6] >= 0 for r in rows)
+
+
+def test_pipeline_lag_panels_show_the_workers_samples(ledger: Ledger) -> None:
+    dash = dashboard_json(pipeline(ledger.database))
+    series = _value(ledger, dash, "Consumer lag by source partition", ALL)
+    peak: dict[str, int] = {}
+    for _, partition, lag in series:
+        peak[partition] = max(peak.get(partition, 0), lag)
+    assert peak == {f"t.prism.agent-events[{p}]": max(lags)
+                    for (_, p), lags in _PROGRESS_LAGS.items()}  # fmt: skip
+    table = _value(ledger, dash, "Workers and their partitions", ALL)
+    latest = {(r[0], r[2]): (r[3], r[4], r[5]) for r in table}
+    assert latest == {
+        (w, p): (1000 * (p + 1) + 200 - lags[-1], 1000 * (p + 1) + 200, lags[-1])
+        for (w, p), lags in _PROGRESS_LAGS.items()
+    }
+    assert all(r[6] >= 0 and r[7] >= r[6] for r in table)  # sampled, then the batch before

@@ -60,8 +60,8 @@ def test_every_cluster_statement_parses_and_keeps_on_cluster_and_replication() -
     ]
     tables = [p for p in ok if p.startswith("CREATE TABLE")]
     # schema_migrations, the eight storage tables of 0001, the four tables 0003 rebuilds,
-    # the ingest state and the price book (0005)
-    assert len(tables) == 15
+    # the ingest state, the price book (0005) and the workers' progress (0007)
+    assert len(tables) == 16
     assert all(
         "ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}" in p for p in tables
     )

@@ -21,7 +21,7 @@ VERSIONED = {
     "ingest_state",
     "prices_store",
 }
-APPEND_ONLY = {"dead_letters_store"}
+APPEND_ONLY = {"dead_letters_store", "worker_progress_store"}
 
 
 def _creates(statements: list[str]) -> dict[str, str]:
@@ -60,7 +60,10 @@ def test_single_node_ddl() -> None:
         assert "non_replicated_deduplication_window = 10000" in ddl, table
         assert "Replicated" not in ddl
     assert "TTL toDateTime(received_at) + INTERVAL 90 DAY" in creates["run_events_store"]
-    assert [t for t, ddl in creates.items() if "TTL" in ddl] == ["run_events_store"]
+    assert [t for t, ddl in creates.items() if "TTL" in ddl] == [
+        "run_events_store",
+        "worker_progress_store",
+    ]
     assert "cost Nullable(Decimal(38, 12))" in creates["usage_store"]
     assert "ORDER BY run_id\n" in creates["runs_store"]
     assert "ORDER BY (run_id, kind, turn, attempt)" in creates["turns_store"]
@@ -83,7 +86,7 @@ def test_cluster_ddl_is_replicated_and_on_cluster() -> None:
         assert "non_replicated" not in ddl
     assert "INTERVAL 30 DAY" in creates["run_events_store"]
     views = {s.split()[4] for s in statements if s.startswith("CREATE OR REPLACE VIEW")}
-    assert len(views) == 10
+    assert len(views) == 11
     assert all(v.startswith("prism.") for v in views)
 
 
