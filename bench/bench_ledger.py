@@ -115,7 +115,7 @@ def _batches(n_runs: int, start: datetime, span_s: float, per_batch: int, seed: 
             run_id, tenant, None, None, None, "agent", None, provider, model, None, None, None,
             None, "succeeded", "agent_finished", last, t, end, end, None, None, "done",
             None, None, None, None, None, TURNS_PER_RUN, 0, 0, None, None, None, None, None,
-            None, [], False, len(events), last, True, "{}", 2,
+            None, [], 0, False, False, len(events), last, True, "{}", 2,
         ))  # fmt: skip
         if (i + 1) % per_batch == 0 or i + 1 == n_runs:
             yield batch

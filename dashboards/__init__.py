@@ -1,7 +1,8 @@
 """Grafana dashboards and alert rules as code (grafana-foundation-sdk 11.6), tested offline.
 
-Six dashboards (SRE overview, cost and usage, cache efficiency, run explorer, channels and
-guardrails, and the report, which ``prism-pipeline report`` also draws as an HTML page) query the
+Nine dashboards (SRE overview, provider health, cost and usage, tools, pipeline, cache
+efficiency, run explorer, channels and guardrails, and the report, which ``prism-pipeline
+report`` also draws as an HTML page; see ``dashboards/README.md``) query the
 ledger views through the ``grafana-clickhouse-datasource`` plugin, each with a
 ``datasource`` variable and a ``tenant`` filter. Variables take only what their query returns
 and reach SQL percent-encoded inside ``decodeURLComponent('...')`` (``decoded``), so no value
@@ -56,6 +57,8 @@ from prism.dashboards._macros import (
     replace_variables,
 )
 from prism.dashboards._panels import TENANT_FILTER, decoded, selected, tenant_filter
+from prism.dashboards._pipeline import pipeline
+from prism.dashboards._provider import provider_health
 from prism.dashboards._provisioning import (
     DASHBOARD_PATH,
     DASHBOARDS,
@@ -73,6 +76,7 @@ from prism.dashboards._report_panels import (
     report_panels,
 )
 from prism.dashboards._sre import sre_overview
+from prism.dashboards._tools import tools
 
 __all__ = [
     "ALERT_FOLDER",
@@ -117,7 +121,9 @@ __all__ = [
     "lint_alerting",
     "lint_dashboard",
     "lint_expanded_sql",
+    "pipeline",
     "provider_file",
+    "provider_health",
     "register_clickhouse_variant",
     "replace_variables",
     "report_dashboard",
@@ -126,5 +132,6 @@ __all__ = [
     "selected",
     "sre_overview",
     "tenant_filter",
+    "tools",
     "unsafe_interpolations",
 ]

@@ -13,7 +13,6 @@ contact-point settings are interpolated, which is how the webhook URL comes from
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any
 
 from grafana_foundation_sdk.builders import alerting, expr
@@ -21,6 +20,7 @@ from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import alerting as alerting_models
 from grafana_foundation_sdk.models import dashboard as dashboard_models
 
+from prism.dashboards._alert_rules import AlertThresholds, alert_specs
 from prism.dashboards._channels import ChannelThresholds, channel_alert_specs
 from prism.dashboards._clickhouse_query import ClickHouseQueryBuilder, QueryFormat, datasource_ref
 from prism.dashboards._panels import dedent_sql, qualify
@@ -30,6 +30,7 @@ __all__ = [
     "ALERT_GROUP",
     "CONTACT_POINT",
     "DATASOURCE_UID",
+    "RETIRED_RULE_UIDS",
     "WEBHOOK_URL_ENV",
     "AlertThresholds",
     "alert_rules",
@@ -42,115 +43,9 @@ ALERT_GROUP = "prism-pipeline"
 CONTACT_POINT = "prism-webhook"
 WEBHOOK_URL_ENV = "PRISM_ALERT_WEBHOOK_URL"
 _EXPR = "__expr__"
-
-
-@dataclass(frozen=True)
-class AlertThresholds:
-    """Thresholds and windows of the provisioned alert rules (defaults suit a small fleet)."""
-
-    exhaustion_per_minute: float = 1.0  # limit deaths per minute on one axis
-    exhaustion_window_s: int = 600
-    stale_runs: int = 0  # fires above this many incomplete runs
-    stale_window_s: int = 86_400
-    dead_letters: int = 0  # fires above this many new dead letters in the window
-    dead_letter_window_s: int = 300
-    freshness_s: float = 300.0  # fires when the newest event is older than this
-    freshness_window_s: int = 3_600
-
-
-@dataclass(frozen=True)
-class _Spec:
-    uid: str
-    title: str
-    sql: str
-    window_s: int
-    threshold: float
-    summary: str
-    description: str
-    severity: str
-    no_data: str  # "OK" | "NoData" | "Alerting"
-    for_: str
-
-
-def _specs(t: AlertThresholds) -> list[_Spec]:
-    return [
-        _Spec(
-            "prism-limit-exhaustion-rate",
-            "Run-limit exhaustion rate per axis",
-            """
-            SELECT axis,
-                   count() / (dateDiff('second', $__fromTime, $__toTime) / 60) AS deaths_per_minute
-            FROM (
-                SELECT ifNull(exhaustion_axis, exhaustion_limit) AS axis,
-                       ifNull(finished_at, last_event_at) AS died_at
-                FROM runs
-                WHERE exhaustion_limit IS NOT NULL OR exhaustion_axis IS NOT NULL
-            )
-            WHERE $__timeFilter(died_at)
-            GROUP BY axis
-            """,
-            t.exhaustion_window_s,
-            t.exhaustion_per_minute,
-            "Runs are dying on limit {{ $labels.axis }}",
-            f"More than {t.exhaustion_per_minute:g} runs per minute died on the "
-            "{{ $labels.axis }} limit over the last "
-            f"{t.exhaustion_window_s // 60} minutes.",
-            "warning",
-            "OK",
-            "5m",
-        ),
-        _Spec(
-            "prism-stale-runs",
-            "Stale (incomplete) runs",
-            """
-            SELECT count() AS incomplete_runs
-            FROM runs
-            WHERE status = 'incomplete' AND $__timeFilter(last_event_at)
-            """,
-            t.stale_window_s,
-            float(t.stale_runs),
-            "Runs without a terminal event",
-            f"More than {t.stale_runs} runs active in the last {t.stale_window_s // 3600} h "
-            "are marked incomplete (no terminal within the stale threshold).",
-            "warning",
-            "OK",
-            "0s",
-        ),
-        _Spec(
-            "prism-dead-letter-growth",
-            "Dead-letter growth",
-            """
-            SELECT count() AS new_dead_letters
-            FROM dead_letters
-            WHERE $__timeFilter(received_at)
-            """,
-            t.dead_letter_window_s,
-            float(t.dead_letters),
-            "Records are going to the dead-letter log",
-            f"More than {t.dead_letters} records could not be parsed or broke the contract in "
-            f"the last {t.dead_letter_window_s // 60} minutes.",
-            "critical",
-            "OK",
-            "0s",
-        ),
-        _Spec(
-            "prism-ingest-freshness",
-            "Ingest freshness",
-            """
-            SELECT dateDiff('second', max(received_at), now()) AS freshness_s
-            FROM run_events
-            WHERE $__timeFilter(received_at)
-            """,
-            t.freshness_window_s,
-            t.freshness_s,
-            "The ledger stopped receiving events",
-            f"The newest event reached the ledger more than {t.freshness_s:g} s ago (no "
-            f"event at all in the last {t.freshness_window_s // 60} minutes reads as stale).",
-            "critical",
-            "Alerting",
-            "2m",
-        ),
-    ]
+# Rules provisioned by earlier versions: Grafana keeps a file-provisioned rule that leaves
+# the file, so ``deleteRules`` removes them.
+RETIRED_RULE_UIDS = ("prism-stale-runs", "prism-dead-letter-growth")
 
 
 def _expr_ref() -> dashboard_models.DataSourceRef:
@@ -169,8 +64,8 @@ def alert_rules(
         rules = alert_rules(AlertThresholds(freshness_s=120))
     """
     rules = []
-    extra = [_Spec(**kw) for kw in channel_alert_specs(channel or ChannelThresholds())]
-    for s in _specs(thresholds) + extra:
+    channel_specs = channel_alert_specs(channel or ChannelThresholds())
+    for s in alert_specs(thresholds) + channel_specs:
         query = (
             ClickHouseQueryBuilder("A")
             .raw_sql(qualify(dedent_sql(s.sql), database))
@@ -226,7 +121,7 @@ def alert_rules(
             .no_data_state(s.no_data)  # type: ignore[arg-type]
             .exec_err_state("Error")
             .for_val(s.for_)
-            .annotations({"summary": s.summary, "description": s.description})
+            .annotations({"summary": s.summary, "description": s.description, "runbook": s.runbook})
             .labels({"team": "prism", "severity": s.severity, "component": "pipeline"})
             .is_paused(False)
         )
@@ -306,6 +201,7 @@ def alerting_files(
                     "rules": [_file_rule(r) for r in alert_rules(thresholds, database, channel)],
                 }
             ],
+            "deleteRules": [{"orgId": 1, "uid": uid} for uid in RETIRED_RULE_UIDS],
         },
         "contact-points.yaml": {
             "apiVersion": 1,

@@ -10,10 +10,10 @@ denials per connection, and for stuck operations; ``channel_alert_specs`` builds
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from grafana_foundation_sdk.models import dashboard as dashboard_models
 
+from prism.dashboards._alert_rules import AlertSpec
 from prism.dashboards._panels import (
     TENANT_FILTER,
     Board,
@@ -29,14 +29,16 @@ __all__ = ["RUNBOOK_OPEN_ITEMS", "UID", "ChannelThresholds", "channel_alert_spec
 UID = "prism-channels"
 
 RUNBOOK_OPEN_ITEMS = (
-    "An open item is a channel operation in delivery_unknown (the send threw: the reply may "
-    "or may not have reached the user) or execution_unknown (the process died while the "
-    "operation was claimed). Neither is ever retried automatically. Runbook: 1) list the "
-    "items: SELECT * FROM channel_open_items ORDER BY age_seconds DESC (or the Channels "
-    "dashboard); 2) for delivery_unknown, check the conversation on the platform: if the "
+    "What it means: a channel operation is in delivery_unknown (the send threw: the reply "
+    "may or may not have reached the user) or execution_unknown (the process died while the "
+    "operation was claimed). Neither is ever retried automatically.\n\n"
+    "Query to run:\n"
+    'prism-pipeline query "SELECT * FROM channel_open_items ORDER BY age_seconds DESC"\n'
+    "prism-pipeline tail --operation <operation_id> --format pretty\n\n"
+    "What to do: for delivery_unknown, look at the conversation on the platform: if the "
     "reply arrived, reconcile with acknowledged; if not, reconcile with resent, which "
-    "resends the persisted reply (runtime.reconcile({identity, connectionId, operationId, "
-    "expectedVersion, acknowledgeDuplicateRisk: true}) on the host); 3) for "
+    "resends the persisted reply (on the host: runtime.reconcile({identity, connectionId, "
+    "operationId, expectedVersion, acknowledgeDuplicateRisk: true})). For "
     "execution_unknown, review the run (run_id in channel_operations; tool side effects are "
     "not rolled back), then reconcile with acknowledged. The host publishes the reconciled "
     "transition and the item leaves the view."
@@ -59,72 +61,79 @@ class ChannelThresholds:
                 raise ValueError(f"ChannelThresholds.{name} must be >= 0, got {value!r}")
 
 
-def channel_alert_specs(t: ChannelThresholds) -> list[dict[str, Any]]:
-    """The channel rules as ``_alerts._Spec`` keyword arguments (uid, title, sql, ...)."""
+def channel_alert_specs(t: ChannelThresholds = ChannelThresholds()) -> list[AlertSpec]:
+    """The channel rules: open items, capacity denials per connection, stuck operations."""
+    window_min = t.capacity_window_s / 60
     return [
-        dict(
-            uid="prism-channel-open-items",
-            title="Channel open item unreconciled",
-            sql=f"""
+        AlertSpec(
+            "prism-channel-open-items",
+            "Channel open item unreconciled",
+            f"""
             SELECT count() AS old_open_items
             FROM channel_open_items
             WHERE age_seconds > {t.open_item_minutes * 60:g}
             """,
-            window_s=3600,
-            threshold=0.0,
-            summary="Channel operations wait for a host reconcile",
-            description=(
-                f"At least one delivery_unknown or execution_unknown operation is older than "
-                f"{t.open_item_minutes:g} minutes of event time. {RUNBOOK_OPEN_ITEMS}"
-            ),
-            severity="critical",
-            no_data="OK",
-            for_="0s",
+            3600,
+            0.0,
+            "Channel operations wait for a host reconcile",
+            f"At least one delivery_unknown or execution_unknown operation is older than "
+            f"{t.open_item_minutes:g} minutes of event time; nothing retries it.",
+            RUNBOOK_OPEN_ITEMS,
+            "critical",
+            "OK",
+            "0s",
         ),
-        dict(
-            uid="prism-channel-capacity-denials",
-            title="Channel capacity denials per connection",
-            sql="""
-            SELECT connection_id,
-                   sum(count) / (dateDiff('second', $__fromTime, $__toTime) / 60)
-                       AS capacity_denials_per_minute
+        AlertSpec(
+            "prism-channel-capacity-denials",
+            "Channel capacity denials per connection",
+            f"""
+            SELECT connection_id, sum(count) / {window_min:g} AS capacity_denials_per_minute
             FROM channel_denials
             WHERE reason = 'capacity' AND $__timeFilter(minute)
             GROUP BY connection_id
             """,
-            window_s=t.capacity_window_s,
-            threshold=t.capacity_denials_per_minute,
-            summary="Connection {{ $labels.connection_id }} is denying admissions for capacity",
-            description=(
-                f"More than {t.capacity_denials_per_minute:g} admissions per minute were "
-                "denied for capacity on {{ $labels.connection_id }} over the last "
-                f"{t.capacity_window_s // 60} minutes: the runtime's pending limits are "
-                "saturated (raise maxPendingPerBinding / process limits, or add capacity)."
-            ),
-            severity="warning",
-            no_data="OK",
-            for_="5m",
+            t.capacity_window_s,
+            t.capacity_denials_per_minute,
+            "Connection {{ $labels.connection_id }} is denying admissions for capacity",
+            f"More than {t.capacity_denials_per_minute:g} admissions per minute were denied "
+            "for capacity on {{ $labels.connection_id }} over the last "
+            f"{window_min:g} minutes.",
+            "What it means: the messaging runtime's pending limits (maxPendingPerBinding, "
+            "per process, active sessions) are saturated: users are turned away.\n\n"
+            "Query to run:\n"
+            'prism-pipeline query "SELECT minute, connection_id, count FROM channel_denials '
+            "WHERE reason = 'capacity' ORDER BY minute DESC LIMIT 60\"\n\n"
+            "What to do: check the runs behind the connection (slow provider, long tool "
+            "calls, stuck operations); raise the limits or add processes if the load is "
+            "legitimate.",
+            "warning",
+            "OK",
+            "5m",
         ),
-        dict(
-            uid="prism-channel-stuck-operations",
-            title="Stuck channel operations",
-            sql="""
+        AlertSpec(
+            "prism-channel-stuck-operations",
+            "Stuck channel operations",
+            """
             SELECT count() AS stuck_operations
             FROM channel_operations
             WHERE stuck
             """,
-            window_s=3600,
-            threshold=float(t.stuck_operations),
-            summary="Channel operations are stuck executing",
-            description=(
-                f"More than {t.stuck_operations} operations have been executing for longer "
-                "than PRISM_CHANNEL_STUCK_SECONDS of event time (the hard cap of "
-                "stopDeadlineMs): a run that never finished or a process that died before "
-                "reconcile filed it. Check the run (run_id) and the host's listUnresolved."
-            ),
-            severity="warning",
-            no_data="OK",
-            for_="0s",
+            3600,
+            float(t.stuck_operations),
+            "Channel operations are stuck executing",
+            f"More than {t.stuck_operations} operations have been executing for longer than "
+            "PRISM_CHANNEL_STUCK_SECONDS of event time (the hard cap of stopDeadlineMs).",
+            "What it means: a run that never finished, or a process that died before a "
+            "reconcile filed the operation as execution_unknown.\n\n"
+            "Query to run:\n"
+            'prism-pipeline query "SELECT operation_id, connection_id, run_id, since FROM '
+            'channel_operations WHERE stuck ORDER BY since"\n\n'
+            "What to do: look up the run (prism-pipeline tail --run <run_id>); if the host "
+            "process died, run the host's listUnresolved and reconcile, which files the "
+            "operation as execution_unknown for review.",
+            "warning",
+            "OK",
+            "0s",
         ),
     ]
 

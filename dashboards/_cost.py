@@ -10,6 +10,12 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.models import dashboard as dashboard_models
 
+from prism.dashboards._cost_runs import (
+    add_run_panels,
+    add_run_variables,
+    run_scope,
+    runs_filter,
+)
 from prism.dashboards._panels import (
     TENANT_FILTER,
     Board,
@@ -26,35 +32,53 @@ UID = "prism-cost-usage"
 
 # Tokens of one usage row: total when reported, else input + output.
 TOKENS = "ifNull(total_tokens, ifNull(input_tokens, 0) + ifNull(output_tokens, 0))"
-# provider_turn usage that counts: no superseded estimate, in range, of the chosen tenants.
-_USAGE = f"NOT superseded AND $__timeFilter(recorded_at) AND {TENANT_FILTER}"
+
+
+# provider_turn usage that counts: no superseded estimate, in range, of the chosen tenants
+# (and, with the run filters, of the chosen agents, users and sessions).
+def _usage(run_filters: bool) -> str:
+    base = f"NOT superseded AND $__timeFilter(recorded_at) AND {TENANT_FILTER}"
+    return f"{base} AND {run_scope()}" if run_filters else base
+
+
+_USAGE = _usage(run_filters=False)  # what the report (tenant filter only) reuses
 _BILLABLE = f"NOT estimated AND {_USAGE}"
 
 
-def cost_and_usage(database: str | None = None) -> dashboard_models.Dashboard:
-    """Billable tokens and cost by tenant and model, estimates and usage mismatches.
+def cost_and_usage(
+    database: str | None = None, *, run_filters: bool = True
+) -> dashboard_models.Dashboard:
+    """Billable tokens and cost by tenant, model, agent, user, session and run; estimates.
 
     Example::
 
         model = cost_and_usage()
+        model = cost_and_usage(run_filters=False)  # tenant filter only (the report)
     """
+    usage = _usage(run_filters)
+    billable = f"NOT estimated AND {usage}"
+    scope = f" AND {runs_filter()}" if run_filters else ""
+    r_scope = f" AND {runs_filter('r.')}" if run_filters else ""
     b = Board(
         UID,
         "Prism / Cost and usage",
-        "Billable provider_turn tokens and reported cost by tenant and model, the share of "
-        "usage that is estimated (and with what confidence), and runs whose run_total "
-        "disagrees with their provider turns.",
+        "Billable provider_turn tokens and reported cost by tenant and model, agent, user, "
+        "session and run, cost per successful run, the share of usage that is estimated "
+        "(and with what confidence), and runs whose run_total disagrees with their "
+        "provider turns.",
         database=database,
         tags=("prism", "billing"),
         time_from="now-24h",
     )
+    if run_filters:
+        add_run_variables(b)
     b.add(
         stat_panel(
             "Billable tokens",
             "Tokens of reported provider_turn usage in the time range (total, else input + "
             "output); estimates are not billable.",
             "short",
-            ch(f"SELECT sum({TOKENS}) AS billable_tokens FROM billing_usage WHERE {_BILLABLE}"),
+            ch(f"SELECT sum({TOKENS}) AS billable_tokens FROM billing_usage WHERE {billable}"),
         ),
         stat_panel(
             "Estimated share of provider-turn tokens",
@@ -65,7 +89,7 @@ def cost_and_usage(database: str | None = None) -> dashboard_models.Dashboard:
                 f"""
                 SELECT sumIf({TOKENS}, estimated) / nullIf(sum({TOKENS}), 0) AS estimated_share
                 FROM billing_usage
-                WHERE {_USAGE}
+                WHERE {usage}
                 """
             ),
             thresholds=((None, "green"), (0.05, "orange"), (0.2, "red")),
@@ -80,7 +104,7 @@ def cost_and_usage(database: str | None = None) -> dashboard_models.Dashboard:
                 f"""
                 SELECT countIf(usage_mismatch) AS mismatched_runs
                 FROM runs
-                WHERE $__timeFilter(last_event_at) AND {TENANT_FILTER}
+                WHERE $__timeFilter(last_event_at) AND {TENANT_FILTER}{scope}
                 """
             ),
             thresholds=((None, "green"), (1, "orange")),
@@ -93,7 +117,7 @@ def cost_and_usage(database: str | None = None) -> dashboard_models.Dashboard:
                 f"""
                 SELECT countIf(cost IS NOT NULL) AS priced_rows
                 FROM billing_usage
-                WHERE {_BILLABLE}
+                WHERE {billable}
                 """
             ),
         ),
@@ -111,7 +135,7 @@ def cost_and_usage(database: str | None = None) -> dashboard_models.Dashboard:
                                AS series,
                            sum({TOKENS}) AS tokens
                     FROM billing_usage
-                    WHERE {_BILLABLE}
+                    WHERE {billable}
                     GROUP BY time, series
                     ORDER BY time, series
                     """
@@ -135,7 +159,7 @@ def cost_and_usage(database: str | None = None) -> dashboard_models.Dashboard:
                                   ' ', ifNull(currency, '')) AS series,
                            toFloat64(sum(cost)) AS reported_cost
                     FROM billing_usage
-                    WHERE cost IS NOT NULL AND {_BILLABLE}
+                    WHERE cost IS NOT NULL AND {billable}
                     GROUP BY time, series
                     ORDER BY time, series
                     """
@@ -159,7 +183,7 @@ def cost_and_usage(database: str | None = None) -> dashboard_models.Dashboard:
                                sum({TOKENS}) AS tokens,
                                sum(sum({TOKENS})) OVER (PARTITION BY time) AS interval_tokens
                         FROM billing_usage
-                        WHERE {_USAGE}
+                        WHERE {usage}
                         GROUP BY time, confidence
                     )
                     WHERE confidence != 'reported'
@@ -189,7 +213,7 @@ def cost_and_usage(database: str | None = None) -> dashboard_models.Dashboard:
                        sumIf({TOKENS}, estimated) AS estimated_tokens,
                        toFloat64(sum(cost)) AS reported_cost
                 FROM billing_usage
-                WHERE {_USAGE}
+                WHERE {usage}
                 GROUP BY tenant, provider, model, currency
                 ORDER BY billable DESC
                 """
@@ -224,7 +248,7 @@ def cost_and_usage(database: str | None = None) -> dashboard_models.Dashboard:
                     GROUP BY run_id
                 ) AS p ON p.run_id = r.run_id
                 WHERE r.usage_mismatch AND $__timeFilter(r.last_event_at)
-                  AND {tenant_filter("r.tenant_id")}
+                  AND {tenant_filter("r.tenant_id")}{r_scope}
                 ORDER BY r.last_event_at DESC
                 LIMIT 200
                 """
@@ -232,4 +256,6 @@ def cost_and_usage(database: str | None = None) -> dashboard_models.Dashboard:
             field_units={"last_event_at": "dateTimeAsIso"},
         )
     )
+    if run_filters:
+        add_run_panels(b)
     return b.build()

@@ -24,6 +24,8 @@ _VAR_RE = re.compile(r"\$(\w+)|\$\{(\w+)[^}]*\}|\[\[(\w+)")
 _SAFE_REF_RE = re.compile(r"decodeURLComponent\('\$\{\w+:percentencode\}'\)|,\s*\$\w+\s*\)")
 _DURATION_RE = re.compile(r"^(\d+[smhdw])+$")
 _EXPR_UID = "__expr__"
+# What every rule's runbook annotation tells the person paged.
+_RUNBOOK_PARTS = ("What it means:", "Query to run:", "What to do:")
 # Any fixed range will do: alert SQL is expanded only to see that nothing is left over.
 _PROBE = TimeRange(datetime(2024, 1, 1, tzinfo=UTC), datetime(2024, 1, 1, 1, tzinfo=UTC))
 
@@ -230,6 +232,14 @@ def _lint_rule(where: str, rule: Mapping[str, Any], datasource_uids: set[str]) -
         problems.append(f"{where}: execErrState {rule.get('execErrState')!r}")
     if not _DURATION_RE.match(str(rule.get("for", ""))):
         problems.append(f"{where}: 'for' {rule.get('for')!r} is not a duration like 5m")
+    annotations = rule.get("annotations") or {}
+    for key in ("summary", "description", "runbook"):
+        if not str(annotations.get(key) or "").strip():
+            problems.append(f"{where}: no {key!r} annotation")
+    runbook = str(annotations.get("runbook") or "")
+    for part in _RUNBOOK_PARTS:
+        if runbook and part not in runbook:
+            problems.append(f"{where}: the runbook annotation has no {part!r} section")
     for key, value in (rule.get("labels") or {}).items():
         if "$" in f"{key}{value}":
             problems.append(f"{where}: label {key}={value!r} would be env-interpolated ('$')")

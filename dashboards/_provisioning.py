@@ -36,8 +36,11 @@ from prism.dashboards._cost import cost_and_usage
 from prism.dashboards._errors import LintError
 from prism.dashboards._explorer import run_explorer
 from prism.dashboards._lint import lint_alerting, lint_dashboard
+from prism.dashboards._pipeline import pipeline
+from prism.dashboards._provider import provider_health
 from prism.dashboards._report_panels import report_dashboard
 from prism.dashboards._sre import sre_overview
+from prism.dashboards._tools import tools
 
 __all__ = [
     "DASHBOARDS",
@@ -60,6 +63,9 @@ DASHBOARDS: tuple[Callable[[str | None], dashboard_models.Dashboard], ...] = (
     cache_efficiency,
     run_explorer,
     report_dashboard,
+    provider_health,
+    tools,
+    pipeline,
     channels,
 )
 

@@ -100,6 +100,11 @@ def _expensive_runs() -> Any:
     )
 
 
+def _cost(database: str | None) -> dashboard_models.Dashboard:
+    """The cost dashboard with the tenant filter only: the report has no run filters."""
+    return cost_and_usage(database, run_filters=False)
+
+
 # (row title, [(source dashboard, panel title, width) or (None, factory, width)])
 _LAYOUT: Sequence[tuple[str, Sequence[tuple[Builder | None, Any, int]]]] = (
     (
@@ -109,7 +114,7 @@ _LAYOUT: Sequence[tuple[str, Sequence[tuple[Builder | None, Any, int]]]] = (
             (sre_overview, "Stale (incomplete) runs", 4),
             (sre_overview, "Dead letters (range)", 4),
             (sre_overview, "Quarantined events (range)", 4),
-            (cost_and_usage, "Billable tokens", 4),
+            (_cost, "Billable tokens", 4),
             (cache_efficiency, "Cache hit rate", 4),
         ),
     ),
@@ -123,8 +128,8 @@ _LAYOUT: Sequence[tuple[str, Sequence[tuple[Builder | None, Any, int]]]] = (
     (
         "Cost and usage",
         (
-            (cost_and_usage, "Billable tokens by tenant and model", 12),
-            (cost_and_usage, "Reported cost by tenant and model", 12),
+            (_cost, "Billable tokens by tenant and model", 12),
+            (_cost, "Reported cost by tenant and model", 12),
         ),
     ),
     (

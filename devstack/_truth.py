@@ -29,6 +29,7 @@ _READ = {
     "runs_by_status",
     "tenants",
     "by_model",
+    "by_agent_month",
     "estimates",
     "dlq",
     "quarantine",
@@ -226,6 +227,30 @@ def _usage(rows: Rows, db: str, manifest: dict[str, Any]) -> list[Check]:
     return checks
 
 
+def _agent_month(client: Any, db: str, manifest: dict[str, Any]) -> Check:
+    """Reported usage per agent, month and currency, as ``billing --group-by agent,month``."""
+    from datetime import UTC, datetime
+
+    from prism.sinks import billing_report
+
+    names = ("rows", "input_tokens", "output_tokens", "total_tokens", "cost")
+    want = {
+        (g["agent_id"], g["month"], g["currency"], k): g[k] if k != "cost" else Decimal(g[k])
+        for g in manifest.get("by_agent_month", [])
+        for k in names
+        if g[k] is not None
+    }
+    got: dict[Any, Any] = {}
+    lo, hi = datetime(1900, 1, 1, tzinfo=UTC), datetime(2299, 12, 31, tzinfo=UTC)
+    for line in billing_report(client, db, lo, hi, group_by=("agent", "month")):
+        if line.kind == "reported":
+            key = (line.agent_id or "", line.month, line.currency)
+            for k in names:
+                if getattr(line, k) is not None:
+                    got[(*key, k)] = got.get((*key, k), 0) + getattr(line, k)
+    return _diff("billing by agent, month", "agent/month/currency figures", want, got)
+
+
 def _quarantined_events(
     rows: Rows, db: str, want_ids: dict[str, str], events: Sequence[dict[str, Any]]
 ) -> Check:
@@ -347,6 +372,7 @@ def compare(
         return [tuple(r) for r in client.query(sql).result_rows]
 
     out = _runs(rows, database, manifest) + _usage(rows, database, manifest)
+    out.append(_agent_month(client, database, manifest))
     out += _rejects(rows, database, manifest, events)
     if manifest.get("channels"):
         out += channel_checks(rows, database, manifest["channels"], _diff)

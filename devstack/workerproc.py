@@ -25,12 +25,23 @@ from pathlib import Path
 from types import TracebackType
 
 from prism.pipeline.retry import DEFAULT_DEADLINE, retry_transient
+from prism.pipeline.settings import Settings
 
-__all__ = ["WorkerProcess", "committed_lag", "group_members", "wait_members"]
+from ._kafka import free_port
+
+_DEFAULT_METRICS_PORT = Settings.model_fields["metrics_port"].default
+
+__all__ = [
+    "WorkerProcess",
+    "committed_lag",
+    "committed_positions",
+    "group_members",
+    "wait_members",
+]
 
 
-async def _lag(bootstrap: str, group: str, topic: str) -> tuple[int, int]:
-    """(records not yet committed by ``group``, end offset total) over ``topic``'s partitions."""
+async def _positions(bootstrap: str, group: str, topic: str) -> dict[int, tuple[int, int]]:
+    """Per partition of ``topic``: (offset committed by ``group`` or 0, end offset)."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
     from aiokafka.admin import AIOKafkaAdminClient
 
@@ -48,18 +59,45 @@ async def _lag(bootstrap: str, group: str, topic: str) -> tuple[int, int]:
         ]
         tps = [TopicPartition(topic, p) for p in sorted(parts)]
         if not tps:
-            return 0, 0
+            return {}
         ends = await consumer.end_offsets(tps)
         committed = await admin.list_consumer_group_offsets(group, partitions=tps)
-        lag = 0
+        out = {}
         for tp in tps:
             meta = committed.get(tp)
-            done = meta.offset if meta is not None and meta.offset >= 0 else 0
-            lag += max(0, ends[tp] - done)
-        return lag, sum(ends.values())
+            out[tp.partition] = (meta.offset if meta is not None and meta.offset >= 0 else 0,
+                                 ends[tp])  # fmt: skip
+        return out
     finally:
         await consumer.stop()
         await admin.close()
+
+
+def committed_positions(
+    bootstrap: str, group: str, topic: str, *, deadline: float = DEFAULT_DEADLINE
+) -> dict[int, tuple[int, int]]:
+    """Synchronous per-partition ``(committed offset, end offset)`` of a group on a topic.
+
+    Transient broker errors are retried up to ``deadline`` seconds (``BrokerUnavailable``
+    after that).
+    """
+    return asyncio.run(
+        retry_transient(
+            lambda: _positions(bootstrap, group, topic),
+            what=f"reading the lag of consumer group {group!r} on {topic}",
+            bootstrap=bootstrap,
+            deadline=deadline,
+        )
+    )
+
+
+def committed_lag(
+    bootstrap: str, group: str, topic: str, *, deadline: float = DEFAULT_DEADLINE
+) -> tuple[int, int]:
+    """Synchronous ``(lag, end offsets total)`` of a consumer group on a topic."""
+    positions = committed_positions(bootstrap, group, topic, deadline=deadline)
+    lag = sum(max(0, end - done) for done, end in positions.values())
+    return lag, sum(end for _, end in positions.values())
 
 
 async def _members(bootstrap: str, group: str) -> int:
@@ -102,24 +140,6 @@ def wait_members(bootstrap: str, group: str, n: int, timeout: float = 120.0) -> 
     raise TimeoutError(f"consumer group {group!r} has {seen} stable members, not {n}")
 
 
-def committed_lag(
-    bootstrap: str, group: str, topic: str, *, deadline: float = DEFAULT_DEADLINE
-) -> tuple[int, int]:
-    """Synchronous ``(lag, end offsets total)`` of a consumer group on a topic.
-
-    Transient broker errors are retried up to ``deadline`` seconds (``BrokerUnavailable``
-    after that).
-    """
-    return asyncio.run(
-        retry_transient(
-            lambda: _lag(bootstrap, group, topic),
-            what=f"reading the lag of consumer group {group!r} on {topic}",
-            bootstrap=bootstrap,
-            deadline=deadline,
-        )
-    )
-
-
 class WorkerProcess:
     """A ``prism-pipeline worker`` subprocess with its log in ``log_path``."""
 
@@ -133,6 +153,11 @@ class WorkerProcess:
     ) -> None:
         """``faults`` (a ``prism.devstack.faults`` spec) starts the worker with those faults."""
         self.env = {**os.environ, **env}
+        # Several workers share this host: each gets its own /metrics port unless one was
+        # chosen (worker_env() always carries the setting, so its default counts as unset).
+        if self.env.get("PRISM_METRICS_PORT", "") in ("", str(_DEFAULT_METRICS_PORT)):
+            self.env["PRISM_METRICS_PORT"] = str(free_port())
+        self.metrics_port = int(self.env["PRISM_METRICS_PORT"])
         self.faults = faults
         self.log_path = log_path or Path(self.env.get("PRISM_STATE_DIR", ".")) / "worker.log"
         self.args = args

@@ -45,6 +45,7 @@ COMMAND_MODULES = [
     "prism.pipeline.commands.grants",
     "prism.pipeline.commands.query",
     "prism.pipeline.commands.billing",
+    "prism.pipeline.commands.prices",
     "prism.pipeline.commands.report",
     "prism.pipeline.commands.dashboards",
     "prism.pipeline.commands.simulate",

@@ -172,6 +172,36 @@ class Settings(BaseSettings):
     otel_exporter: Literal["none", "console", "otlp"] = "none"
     otel_endpoint: str | None = None
 
+    # The worker's HTTP endpoint: GET /metrics (Prometheus text) and /healthz; port 0 = off.
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int = Field(default=9464, ge=0, le=65535)
+    # How often each worker writes its position per partition to worker_progress (consumer
+    # lag on the Pipeline dashboard); 0 = never.
+    progress_interval_seconds: float = Field(default=15.0, ge=0, le=3600, allow_inf_nan=False)
+
+    # Grafana alert rules (`dashboards build`; dashboards/README.md, "Alert rules"). A rule
+    # pages only when a human must act: rates against a baseline, never "more than 0".
+    # Limit deaths per minute on one axis, averaged over the window.
+    alert_exhaustion_per_minute: float = Field(default=1.0, gt=0, le=1e6, allow_inf_nan=False)
+    alert_exhaustion_window_seconds: int = Field(default=600, ge=60, le=7 * 86_400)
+    # Dead letters: the recent window's rate against `factor` x the baseline rate before it,
+    # and never below `min_per_minute` (a ledger with no baseline pages only above that).
+    alert_dead_letter_window_seconds: int = Field(default=300, ge=60, le=86_400)
+    alert_dead_letter_baseline_seconds: int = Field(default=86_400, ge=300, le=30 * 86_400)
+    alert_dead_letter_factor: float = Field(default=3.0, ge=1, le=1e6, allow_inf_nan=False)
+    alert_dead_letter_min_per_minute: float = Field(default=1.0, gt=0, allow_inf_nan=False)
+    # Stale runs: runs marked incomplete in the window against `factor` x the baseline, and
+    # at least `min_runs` of them (a few dying runtimes are the run explorer's job).
+    alert_stale_window_seconds: int = Field(default=3_600, ge=60, le=7 * 86_400)
+    alert_stale_baseline_seconds: int = Field(default=86_400, ge=300, le=30 * 86_400)
+    alert_stale_factor: float = Field(default=3.0, ge=1, le=1e6, allow_inf_nan=False)
+    alert_stale_min_runs: int = Field(default=5, ge=1, le=1_000_000)
+    # Freshness: seconds since the newest event reached the ledger while events are expected
+    # (a run active within `expect_seconds` is still open); none in the lookback is NoData.
+    alert_freshness_seconds: int = Field(default=300, ge=10, le=86_400)
+    alert_freshness_lookback_seconds: int = Field(default=3_600, ge=60, le=7 * 86_400)
+    alert_freshness_expect_seconds: int = Field(default=86_400, ge=60, le=30 * 86_400)
+
     @field_validator("topic_prefix")
     @classmethod
     def _prefix_is_topic_safe(cls, v: str) -> str:

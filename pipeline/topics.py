@@ -39,12 +39,23 @@ async def _ensure_topics(settings: Settings, extra: dict[str, int] | None) -> li
     }
     wanted[f"{settings.topic_prefix}.limit-deaths"] = 1
     wanted.update(extra or {})
+    # The workers' table changelogs, compacted as faust makes them. Made here, before any
+    # worker starts, so that no worker's metadata misses one that another worker created a
+    # moment earlier (faust then refuses table writes until its metadata refreshes).
+    compacted = {f"{settings.consumer_group}-{table}-changelog": n for table, n in
+                 (("run-state", settings.partitions), ("alert-state", 1))}  # fmt: skip
+    wanted.update(compacted)
     admin = AIOKafkaAdminClient(**settings.aiokafka_kwargs())
     try:
         await admin.start()
         existing = set(await admin.list_topics())
         new = [
-            NewTopic(n, p, settings.replication_factor)
+            NewTopic(
+                n,
+                p,
+                settings.replication_factor,
+                topic_configs={"cleanup.policy": "compact"} if n in compacted else {},
+            )
             for n, p in wanted.items()
             if n not in existing
         ]

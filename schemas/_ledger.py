@@ -27,6 +27,7 @@ __all__ = [
     "ChannelWatermarkRow",
     "DeadLetterRow",
     "LedgerBatch",
+    "ProgressRow",
     "QuarantineRow",
     "RawEventRow",
     "RunRow",
@@ -322,6 +323,24 @@ class ChannelWatermarkRow:
 
 
 @dataclass(slots=True)
+class ProgressRow:
+    """A worker's position on one source partition (table ``worker_progress_store``).
+
+    Written by each worker every ``PRISM_PROGRESS_INTERVAL_SECONDS`` for the partitions it
+    holds, so dashboards chart consumer lag from the ledger like every other figure.
+    """
+
+    ts: datetime  # processing time of the sample
+    worker: str  # host:pid of the worker process
+    source: str  # the source topic
+    partition: int
+    processed: int  # the next offset the worker has stored in the ledger
+    end_offset: int  # the partition's end offset (high watermark) as the worker saw it
+    lag: int  # records not yet in the ledger: end_offset - processed, at least 0
+    last_batch_at: datetime | None  # when the worker last stored a batch of any partition
+
+
+@dataclass(slots=True)
 class LedgerBatch:
     """All rows produced for one input batch; the writer inserts one INSERT per non-empty table."""
 
@@ -336,6 +355,7 @@ class LedgerBatch:
     channel_denials: list[ChannelDenialRow] = field(default_factory=list)
     channel_quarantine: list[ChannelQuarantineRow] = field(default_factory=list)
     channel_watermarks: list[ChannelWatermarkRow] = field(default_factory=list)
+    progress: list[ProgressRow] = field(default_factory=list)
 
     def extend(self, other: LedgerBatch) -> None:
         for name in self.__dataclass_fields__:

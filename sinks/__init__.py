@@ -7,7 +7,9 @@ stable ids; users query the views (``runs``, ``usage``, ``turns``, ``run_events`
 ``cache_hits_1m``, ``quarantine``, ``dead_letters``, ``alerts``, ``billing_usage``).
 ``parse_dsn``/``redact_dsn`` are the one DSN parser and masked form (``SecretDsn``);
 ``read_only_query`` is the ad hoc surface (statement check + ``readonly = 1``);
-``grants_sql`` the least-privilege accounts' DDL (SECURITY.md).
+``grants_sql`` the least-privilege accounts' DDL (SECURITY.md); ``billing_report``,
+``invoice`` and the price book (``read_price_file``, ``load_prices``, ``price_book``) are
+billing (BILLING.md).
 
 Example::
 
@@ -20,7 +22,16 @@ Example::
     writer.flush()
 """
 
-from prism.sinks._billing import BILLING_SQL, BillingLine, billing_report
+from prism.sinks._billing import (
+    BILLING_SQL,
+    DEFAULT_GROUP_BY,
+    DIMENSIONS,
+    BillingLine,
+    BillingTotal,
+    billing_report,
+    billing_sql,
+    billing_totals,
+)
 from prism.sinks._client import DsnTarget, SecretDsn, connect, parse_dsn, redact_dsn
 from prism.sinks._errors import (
     LedgerConfigError,
@@ -30,6 +41,7 @@ from prism.sinks._errors import (
     LedgerReadOnlyError,
     LedgerWriteError,
     MigrationError,
+    PriceBookError,
 )
 from prism.sinks._grants import (
     ALL_TENANTS,
@@ -39,7 +51,9 @@ from prism.sinks._grants import (
     grants_sql,
     sql_string,
 )
+from prism.sinks._invoice import Invoice, InvoiceLine, Reconciliation, invoice
 from prism.sinks._migrate import load_migrations, migrate, render_migrations
+from prism.sinks._prices import LoadSummary, PriceRow, load_prices, price_book, read_price_file
 from prism.sinks._queries import QueryResult, query, run_timeline
 from prism.sinks._readonly import check_read_only, read_only_query
 from prism.sinks._state import StateTable
@@ -49,15 +63,20 @@ from prism.sinks._writer import INSERT_SETTINGS, FlushResult, InsertHook, Ledger
 __all__ = [
     "ALL_TENANTS",
     "BILLING_SQL",
+    "DEFAULT_GROUP_BY",
+    "DIMENSIONS",
     "INSERT_SETTINGS",
     "STORAGE_TABLES",
     "TENANT_SETTING",
     "VIEWS",
     "Account",
     "BillingLine",
+    "BillingTotal",
     "DsnTarget",
     "FlushResult",
     "InsertHook",
+    "Invoice",
+    "InvoiceLine",
     "LedgerConfigError",
     "LedgerConnectError",
     "LedgerError",
@@ -65,21 +84,31 @@ __all__ = [
     "LedgerReadOnlyError",
     "LedgerWriteError",
     "LedgerWriter",
+    "LoadSummary",
     "MigrationError",
+    "PriceBookError",
+    "PriceRow",
     "QueryResult",
+    "Reconciliation",
     "SecretDsn",
     "SourceRange",
     "StateTable",
     "accounts",
     "billing_report",
+    "billing_sql",
+    "billing_totals",
     "check_read_only",
     "connect",
     "grants_sql",
+    "invoice",
     "load_migrations",
+    "load_prices",
     "migrate",
     "parse_dsn",
+    "price_book",
     "query",
     "read_only_query",
+    "read_price_file",
     "redact_dsn",
     "render_migrations",
     "run_timeline",

@@ -4,6 +4,7 @@ Hierarchy::
 
     LedgerError (RuntimeError)              base of every error raised by ``sinks``
     ├── LedgerConfigError (+ ValueError)    bad DSN, database name, cluster, or engine path
+    │   └── PriceBookError                  a price file with mistakes (file, line, value named)
     ├── LedgerConnectError                  the ClickHouse server or chDB engine is unreachable
     ├── MigrationError                      a migration failed or an applied one was changed
     ├── LedgerWriteError                    a flush failed for good; rows stay in the writer
@@ -24,6 +25,7 @@ __all__ = [
     "LedgerReadOnlyError",
     "LedgerWriteError",
     "MigrationError",
+    "PriceBookError",
     "is_transient",
 ]
 
@@ -34,6 +36,10 @@ class LedgerError(RuntimeError):
 
 class LedgerConfigError(LedgerError, ValueError):
     """A DSN, database name, cluster name or engine path the ledger cannot use."""
+
+
+class PriceBookError(LedgerConfigError):
+    """A price file that cannot be loaded: each mistake names the file, line, field and value."""
 
 
 class LedgerConnectError(LedgerError):

@@ -7,7 +7,8 @@ Three roles, each with a login of the same purpose (SECURITY.md has the threat m
     ``ingest-file`` keeps), SELECT on ``schema_migrations``; no DDL (the one-shot
     ``migrate`` runs as an administrator), no views, no other database.
 ``prism_reader`` (user ``prism_reader``, billing, ``query``, ``tail --from-ledger``)
-    SELECT on the views and the storage tables they read; ``readonly = 2`` (settings may
+    SELECT on the views, the storage tables they read and the price book (``prices``,
+    ``prices_store``; an operator loads it); ``readonly = 2`` (settings may
     change for the driver, nothing may be written); every tenant.
 ``prism_grafana`` (user ``prism_grafana`` for all tenants, ``prism_grafana_<tenant>`` each)
     SELECT on the views and the storage tables they read, with row policies on
@@ -41,6 +42,7 @@ from dataclasses import dataclass
 
 from prism.sinks._client import validate_identifier
 from prism.sinks._errors import LedgerConfigError
+from prism.sinks._prices import PRICE_TABLES
 from prism.sinks._state import STATE_TABLE
 from prism.sinks._tables import STORAGE_TABLES, VIEWS, columns_of
 
@@ -188,6 +190,8 @@ def grants_sql(
         out += [f"GRANT{on} {select_on(t)} ON {db}.{t} TO {role}" for t in stores]
         out += [f"GRANT{on} SELECT ON system.{s} TO {role}" for s in system]
     out.append(f"GRANT{on} SELECT ON {db}.schema_migrations TO {READER}_role")
+    # Billing reads the price book (loaded by an operator: `prism-pipeline prices load`).
+    out += [f"GRANT{on} SELECT ON {db}.{t} TO {READER}_role" for t in PRICE_TABLES]
     out += [f"GRANT{on} SELECT ON system.{s} TO {writer_role}" for s in DRIVER_SYSTEM_TABLES]
     # Profiles: the reader may tune settings but never write; Grafana may change only the
     # timeout its plugin sets, and never its tenant.

@@ -12,6 +12,7 @@ from prism.schemas import (
     ChannelQuarantineRow,
     ChannelWatermarkRow,
     DeadLetterRow,
+    ProgressRow,
     QuarantineRow,
     RawEventRow,
     RunRow,
@@ -34,6 +35,7 @@ STORAGE_TABLES: dict[str, tuple[str, type[Any]]] = {
     "channel_denials": ("channel_denials_store", ChannelDenialRow),
     "channel_quarantine": ("channel_quarantine_store", ChannelQuarantineRow),
     "channel_watermarks": ("channel_watermark_store", ChannelWatermarkRow),
+    "progress": ("worker_progress_store", ProgressRow),
 }
 
 # The names users query (views over the storage tables).
@@ -52,6 +54,7 @@ VIEWS: tuple[str, ...] = (
     "channel_denials",
     "channel_quarantine",
     "guardrail_denials",
+    "worker_progress",
 )
 
 

@@ -10,17 +10,15 @@ process owns at a time: run it while no worker holds the same path, or point
 from __future__ import annotations
 
 import argparse
-import csv
-import io
-import json
-from collections.abc import Sequence
-from datetime import date, datetime
-from decimal import Decimal
+import re
 from typing import Any
 
-__all__ = ["register", "render"]
+from prism.pipeline.commands._output import render
 
-FORMATS = ("table", "csv", "json")
+__all__ = ["add_connection_args", "connection", "register", "render"]
+
+FORMATS = ("table", "vertical", "csv", "json")
+_PARAM_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.S)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -37,7 +35,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("sql", help='the statement, e.g. "SELECT status, count() FROM runs GROUP BY 1"')
     add_connection_args(p)
-    p.add_argument("--format", choices=FORMATS, default="table", help="output format")
+    p.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="table",
+        help="output format: table, vertical (one block per row, for wide rows), csv, json",
+    )
+    p.add_argument(
+        "--param",
+        dest="params",
+        action="append",
+        default=[],
+        type=_param,
+        metavar="NAME=VALUE",
+        help="a query parameter, repeatable: --param tenant=acme fills {tenant:String} in the "
+        "SQL (ClickHouse parses the value as the type the placeholder names)",
+    )
     p.add_argument(
         "--allow-writes",
         action="store_true",
@@ -68,46 +81,23 @@ def connection(args: argparse.Namespace) -> tuple[Any, str]:
     return connect(args.clickhouse or settings.clickhouse_dsn, database), database
 
 
-def render(columns: Sequence[str], rows: Sequence[Sequence[Any]], fmt: str) -> str:
-    """Rows as an aligned text table, CSV with a header, or a JSON array of objects."""
-    if fmt == "json":
-        objects = [dict(zip(columns, row, strict=True)) for row in rows]
-        return json.dumps(objects, default=_json_value, ensure_ascii=False, indent=2)
-    if fmt == "csv":
-        out = io.StringIO()
-        writer = csv.writer(out, lineterminator="\n")
-        writer.writerow(columns)
-        writer.writerows([[_text(v, null="") for v in row] for row in rows])
-        return out.getvalue().rstrip("\n")
-    cells = [[_text(v) for v in row] for row in rows]
-    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip()]
-    lines.append("  ".join("-" * w for w in widths))
-    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in cells]
-    lines.append(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")
-    return "\n".join(lines)
+def _param(text: str) -> tuple[str, str]:
+    match = _PARAM_RE.match(text)
+    if not match:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not NAME=VALUE (NAME a plain identifier, e.g. tenant=acme)"
+        )
+    return match[1], match[2]
 
 
-def _text(value: Any, null: str = "NULL") -> str:
-    if value is None:
-        return null
-    if isinstance(value, (datetime, date)):
-        return value.isoformat()
-    if isinstance(value, (bytes, bytearray)):
-        return bytes(value).decode("utf-8", errors="backslashreplace")
-    if isinstance(value, (list, tuple, dict)):
-        return json.dumps(value, default=_json_value, ensure_ascii=False)
-    return str(value)
-
-
-def _json_value(value: Any) -> Any:
-    if isinstance(value, Decimal):
-        return str(value)  # exact: a float would round money
-    if isinstance(value, (datetime, date)):
-        return value.isoformat()
-    if isinstance(value, (bytes, bytearray)):
-        return bytes(value).decode("utf-8", errors="backslashreplace")
-    raise TypeError(f"cannot print a {type(value).__name__} as JSON: {value!r}")
+def _parameters(pairs: list[tuple[str, str]]) -> dict[str, Any] | None:
+    """``--param`` pairs as a dict; a name given twice is a mistake (ValueError)."""
+    out: dict[str, Any] = {}
+    for name, value in pairs:
+        if name in out and out[name] != value:
+            raise ValueError(f"--param {name} is given twice ({out[name]!r} and {value!r})")
+        out[name] = value
+    return out or None
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -127,12 +117,13 @@ def _run(args: argparse.Namespace) -> int:
                 f"refused: {exc}. `query` is read-only by default; an operator who means to "
                 "change the ledger adds --allow-writes"
             ) from None
+    params = _parameters(args.params)
     client, _ = connection(args)
     if args.allow_writes:
-        result = query(client, args.sql)
+        result = query(client, args.sql, params)
     else:
         try:
-            result = read_only_query(client, args.sql)
+            result = read_only_query(client, args.sql, params)
         except LedgerQueryError as exc:
             if "readonly" not in str(exc):
                 raise

@@ -25,15 +25,18 @@ from __future__ import annotations
 import asyncio
 import atexit
 import logging
+import os
+import socket
 import time
 from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime
 from typing import Any, cast
 
 import faust
 from faust.types import TP
 
-from prism.schemas import AlertRow, LedgerBatch
+from prism.schemas import AlertRow, LedgerBatch, ProgressRow
 
 from .._store import LedgerSink, LedgerStore, LedgerUnavailable
 from ..core import (
@@ -50,9 +53,12 @@ from ..core import (
 )
 from ..settings import Settings
 from ._faust import (
+    committed_offset,
     die,
     event_context,
+    handled_elsewhere,
     header,
+    highwater,
     in_record,
     lag,
     make_app,
@@ -61,7 +67,7 @@ from ._faust import (
     send,
 )
 from ._lanes import lane_of, source_of
-from ._offsets import ReadBack, missing_ranges
+from ._offsets import ReadBack
 from ._telemetry import WorkerTelemetry
 
 __all__ = ["AlertSink", "PipelineWorker"]
@@ -117,6 +123,8 @@ class PipelineWorker:
         self.telemetry = WorkerTelemetry(settings.state_dir / "worker-stats.json")
         atexit.register(self.telemetry.write_stats, force=True)
         self._last_log = 0.0
+        self._progress_at = 0.0
+        self._worker_id = f"{socket.gethostname()}:{os.getpid()}"
         # take_events is on the concrete Stream, not on the StreamT protocol faust types with
         self.app.agent(self.input, name="prism-events")(cast(Any, self._events_agent))
         self.app.agent(self.deaths, name="prism-limit-deaths")(cast(Any, self._deaths_agent))
@@ -147,6 +155,7 @@ class PipelineWorker:
     async def _handle_batch(self, events: Sequence[Any]) -> None:
         self._forget_revoked()
         batches: dict[int, list[InRecord]] = defaultdict(list)
+        read_back: dict[int, list[tuple[int, int]]] = {}
         for ev in events:
             lane = lane_of(self.topics, ev.message.topic, ev.message.partition)
             assert lane is not None, ev.message.topic
@@ -155,7 +164,9 @@ class PipelineWorker:
         self._restore_assigned()
         for partition in sorted(batches):
             self._restore(partition)
-            batches[partition] = await self._without_gaps(partition, batches[partition])
+            batches[partition], read_back[partition] = await self._without_gaps(
+                partition, batches[partition]
+            )
             # a partition with records still waiting holds the pipeline watermark back
             behind = lag(self.app, self._tp(partition), batches[partition][-1].offset)
             self.intake.clock.behind(partition, behind > 0)
@@ -168,27 +179,34 @@ class PipelineWorker:
         self.telemetry.acknowledged(out.event_ts)
         await self._publish(out, ordered)
         self._write_state(out.state_writes)
+        for partition, ranges in read_back.items():  # in the ledger now: commit past them
+            if ranges and partition not in self._revoked:
+                await handled_elsewhere(self.app, self._tp(partition), ranges)
         await self._after(out)
 
-    async def _without_gaps(self, partition: int, recs: list[InRecord]) -> list[InRecord]:
+    async def _without_gaps(
+        self, partition: int, recs: list[InRecord]
+    ) -> tuple[list[InRecord], list[tuple[int, int]]]:
         """The batch's records plus any offsets the consumer skipped, read back, in order."""
-        gaps = missing_ranges(self.intake.next_offset(partition), (r.offset for r in recs))
-        if not gaps:
-            return recs
+        processed = self.intake.next_offset(partition)
+        committed = committed_offset(self.app, self._tp(partition))
         topic, kafka_partition = source_of(self.topics, partition)
         reader = self.read_back if topic == self.topics.input else self.read_back_channel
-        found = await reader.read(kafka_partition, gaps)
-        self.stats["offsets_read_back"] += len(found)
-        log.warning(
-            "partition %d: the consumer skipped %d offset(s) %s; read back %d record(s)",
-            partition,
-            sum(end - start for start, end in gaps),
-            ", ".join(f"{a}..{b - 1}" for a, b in gaps[:5]),
-            len(found),
-        )
-        merged = {r.offset: r for r in found}
-        merged.update((r.offset, r) for r in recs)
-        return [merged[o] for o in sorted(merged)]
+        full, gaps = await reader.fill(kafka_partition, processed, committed, recs)
+        if gaps:
+            self.stats["offsets_read_back"] += len(full) - len(recs)
+            log.warning(
+                "%s[%d]: the consumer skipped %d offset(s) %s (processed up to %s, "
+                "committed %s); read back %d record(s)",
+                topic,
+                kafka_partition,
+                sum(end - start for start, end in gaps),
+                ", ".join(f"{a}..{b - 1}" for a, b in gaps[:5]),
+                processed,
+                committed,
+                len(full) - len(recs),
+            )
+        return full, gaps
 
     async def _publish(self, out: Output, partitions: dict[int, Any]) -> None:
         """Produce the output records and wait until the broker has every one."""
@@ -277,8 +295,10 @@ class PipelineWorker:
                 out.extend(part)
                 offset = self.last_event[partition].message.offset if partition in live else 0
                 out.ranges.append(("tick:" + self.topics.input, partition, offset, offset))
-            changed = out.ledger.channel_operations or out.ledger.channel_watermarks
-            if not (out.ledger.runs or out.ledger.alerts or out.closed or changed):
+            out.ledger.progress.extend(self._progress(live))
+            ledger = out.ledger
+            changed = ledger.runs or ledger.alerts or ledger.progress or out.closed
+            if not (changed or ledger.channel_operations or ledger.channel_watermarks):
                 self.intake.commit(outs)
                 self._write_state(out.state_writes)
                 return
@@ -292,6 +312,28 @@ class PipelineWorker:
             await self._publish(out, {})
             self._write_state(out.state_writes)
             await self._after(out)
+
+    def _progress(self, partitions: list[int]) -> list[ProgressRow]:
+        """Each held partition's position, once per ``progress_interval_seconds``."""
+        interval = self.settings.progress_interval_seconds
+        now = self.clock()
+        if not interval or now - self._progress_at < interval:
+            return []
+        self._progress_at = now
+        last = self.telemetry.last_batch_at
+        rows = []
+        for p in partitions:
+            end = highwater(self.app, self._tp(p))
+            if end is None:
+                continue
+            processed = self.intake.next_offset(p) or 0
+            topic, kafka_partition = source_of(self.topics, p)
+            rows.append(ProgressRow(
+                datetime.fromtimestamp(now, UTC), self._worker_id, topic, kafka_partition,
+                processed, end, max(0, end - processed),
+                datetime.fromtimestamp(last, UTC) if last else None,
+            ))  # fmt: skip
+        return rows
 
     # -- the alerter --------------------------------------------------------------------
     async def _deaths_agent(self, stream: faust.Stream) -> None:

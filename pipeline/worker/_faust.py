@@ -1,8 +1,15 @@
 """faust plumbing: the app from settings, raw topics and tables, sends, the event context.
 
-Everything here that touches faust internals is named and kept in one place:
-``event_context`` sets faust's private ``_current_event`` (table writes take their
-changelog partition from it, and batches lose it), and nothing else in the worker does.
+Everything here that touches faust internals is named and kept in one place, pinned by
+``tests/unit/test_worker_faust_internals.py`` (faust-streaming is pinned in pyproject):
+
+- ``event_context`` sets faust's private ``_current_event`` (table writes take their
+  changelog partition from it, and batches lose it);
+- ``committed_offset`` reads the consumer's record of the partition's committed offset;
+- ``handled_elsewhere`` tells the consumer that offsets it never delivered were processed
+  (read back by the worker), with the consumer's own gap bookkeeping. Without it the
+  consumer never commits past a range it skipped: its commit offset stops at the first
+  offset it did not see acknowledged, and the group's lag never drains.
 """
 
 from __future__ import annotations
@@ -21,9 +28,12 @@ from ..core import InRecord, OutRecord
 from ..settings import Settings
 
 __all__ = [
+    "committed_offset",
     "die",
     "event_context",
+    "handled_elsewhere",
     "header",
+    "highwater",
     "in_record",
     "lag",
     "make_app",
@@ -59,6 +69,22 @@ def event_context(event: Any) -> Iterator[None]:
         yield
     finally:
         _current_event.reset(token)
+
+
+def committed_offset(app: faust.App, tp: Any) -> int | None:
+    """The next offset the group has committed for ``tp``, as the consumer last saw it."""
+    offset = app.consumer._committed_offset.get(tp)
+    return None if offset is None else int(offset)
+
+
+async def handled_elsewhere(app: faust.App, tp: Any, ranges: list[tuple[int, int]]) -> None:
+    """Let the consumer commit past half-open offset ``ranges`` the worker read back itself.
+
+    Call only once the records of ``ranges`` are in the ledger: the consumer may then
+    commit through them as soon as a later offset of ``tp`` is acknowledged.
+    """
+    for start, end in ranges:
+        await app.consumer._add_gap(tp, start, end - 1)
 
 
 def die(what: str, log: logging.Logger) -> None:
@@ -106,12 +132,18 @@ async def send(
     )
 
 
-def lag(app: faust.App, tp: Any, offset: int) -> int:
-    """Records behind the partition's high watermark after ``offset``."""
+def highwater(app: faust.App, tp: Any) -> int | None:
+    """The partition's end offset as the consumer last fetched it (None: not known yet)."""
     try:
-        return max(0, int(app.consumer.highwater(tp)) - offset - 1)
-    except Exception:  # no highwater known yet
-        return 0
+        return int(app.consumer.highwater(tp))
+    except Exception:  # no fetch of the partition yet
+        return None
+
+
+def lag(app: faust.App, tp: Any, offset: int) -> int:
+    """Records behind the partition's high watermark after ``offset`` (0 when not known)."""
+    end = highwater(app, tp)
+    return 0 if end is None else max(0, end - offset - 1)
 
 
 def make_app(settings: Settings, *, app_id: str | None = None) -> faust.App:

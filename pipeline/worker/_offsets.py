@@ -6,9 +6,10 @@ after a rebalance can also make it drop a whole range. On the input topic every 
 a record (idempotent producers, no transactions, no compaction), so a jump is a loss.
 
 The worker keeps, per partition, the next offset it has processed (persisted with the
-partition's run state), computes the ranges a batch is missing with ``missing_ranges``
-and reads them back from Kafka with ``ReadBack`` before it processes the batch, so they
-are in the ledger before the batch is acknowledged.
+partition's run state); ``ReadBack.fill`` computes the ranges a batch is missing
+(``missing_ranges``) and reads them back from Kafka before the batch is processed, so
+they are in the ledger before the batch is acknowledged. The worker then tells faust the
+ranges were handled (``_faust.handled_elsewhere``), or its commits would stop before them.
 """
 
 from __future__ import annotations
@@ -48,8 +49,8 @@ class ReadBack:
         self.timeout_s = timeout_s
         self._consumer: Any = None
 
-    async def read(self, partition: int, ranges: list[tuple[int, int]]) -> list[InRecord]:
-        from aiokafka import AIOKafkaConsumer, TopicPartition
+    async def _started(self) -> Any:
+        from aiokafka import AIOKafkaConsumer
 
         if self._consumer is None:
             self._consumer = AIOKafkaConsumer(
@@ -59,7 +60,42 @@ class ReadBack:
                 **self.kwargs,
             )
             await self._consumer.start()
-        c = self._consumer
+        return self._consumer
+
+    async def log_start(self, partition: int) -> int:
+        """The partition's first offset still in the log (where ``earliest`` starts)."""
+        from aiokafka import TopicPartition
+
+        tp = TopicPartition(self.topic, partition)
+        starts = await (await self._started()).beginning_offsets([tp])
+        return int(starts[tp])
+
+    async def fill(
+        self, partition: int, processed: int | None, committed: int | None, recs: list[InRecord]
+    ) -> tuple[list[InRecord], list[tuple[int, int]]]:
+        """``recs`` plus the records of every offset missing before them, in offset order.
+
+        The next offset expected is ``processed`` (the worker's position, kept with the
+        partition's state); for a partition with no state, ``committed`` (the group's),
+        and with none committed either, the log's first offset. faust can start a freshly
+        assigned partition past any of them (records fetched before a rebalance are
+        dropped and not fetched again), so none is taken from the first delivery.
+        Returns the records and the half-open ranges read back.
+        """
+        expected = processed if processed is not None else committed
+        if expected is None:
+            expected = await self.log_start(partition)
+        gaps = missing_ranges(expected, (r.offset for r in recs))
+        if not gaps:
+            return recs, []
+        merged = {r.offset: r for r in await self.read(partition, gaps)}
+        merged.update((r.offset, r) for r in recs)
+        return [merged[o] for o in sorted(merged)], gaps
+
+    async def read(self, partition: int, ranges: list[tuple[int, int]]) -> list[InRecord]:
+        from aiokafka import TopicPartition
+
+        c = await self._started()
         tp = TopicPartition(self.topic, partition)
         c.assign([tp])
         out: list[InRecord] = []

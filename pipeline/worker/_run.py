@@ -66,16 +66,26 @@ def run_worker(
     if created:
         log.info("created topics: %s", ", ".join(created))
     worker = build_worker(settings, hooks)
+    server = None
+    if settings.metrics_port:
+        from ._http import MetricsServer
+
+        server = MetricsServer(worker.telemetry, settings.metrics_host, settings.metrics_port)
+        server.start()
     log.info(
         "worker starting: topic=%s group=%s ledger=%s",
         settings.topics.input,
         settings.consumer_group,
         settings.clickhouse_database,
     )
-    faust.Worker(
-        worker.app,
-        loglevel=logging.getLevelName(loglevel).lower(),
-        quiet=True,
-        redirect_stdouts=False,
-    ).execute_from_commandline()
+    try:
+        faust.Worker(
+            worker.app,
+            loglevel=logging.getLevelName(loglevel).lower(),
+            quiet=True,
+            redirect_stdouts=False,
+        ).execute_from_commandline()
+    finally:
+        if server is not None:
+            server.stop()
     return 0

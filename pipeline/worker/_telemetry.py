@@ -5,7 +5,9 @@ Traces: each batch is a span that continues the trace of its first event's produ
 ``MAX_LINKS``); the ledger insert is its child span. Metrics: events consumed, applied,
 deduplicated, quarantined and dead-lettered by reason, batch sizes, insert latency,
 consumer lag, and freshness (now minus event ``ts`` when its row is acknowledged by
-ClickHouse). The exporter comes from settings (OTLP endpoint, console, or none).
+ClickHouse). The exporter comes from settings (OTLP endpoint, console, or none); besides
+it, every worker keeps its instruments in a Prometheus registry that ``MetricsServer``
+serves as ``GET /metrics`` (Prometheus text format) beside ``GET /healthz``.
 
 ``worker-stats.json`` in the state directory repeats the headline figures for humans,
 healthchecks and the benchmark, rewritten every few seconds and at shutdown. The log gets
@@ -41,13 +43,20 @@ _IDLE_EVERY = 6  # an idle worker logs every STATUS_EVERY * _IDLE_EVERY seconds
 log = logging.getLogger("prism.worker")
 
 
+# Metric readers of the configured exporter, added to each worker's own meter provider.
+_EXPORT_READERS: list[Any] = []
+
+
 def configure_exporters(
     exporter: str, endpoint: str | None, service: str = "prism-pipeline"
 ) -> None:
-    """Install global tracer and meter providers for ``exporter`` (none|console|otlp)."""
+    """Install the global tracer provider and the metric exporter for ``exporter``.
+
+    ``exporter`` is none, console or otlp. Metrics go to each ``WorkerTelemetry``'s own
+    meter provider (Prometheus registry + this exporter), not to a global one.
+    """
     if exporter == "none":
         return
-    from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import (
         ConsoleMetricExporter,
         PeriodicExportingMetricReader,
@@ -69,11 +78,21 @@ def configure_exporters(
     tp = TracerProvider(resource=resource)
     tp.add_span_processor(BatchSpanProcessor(span_exporter))
     trace.set_tracer_provider(tp)
-    metrics.set_meter_provider(
-        MeterProvider(
-            resource=resource, metric_readers=[PeriodicExportingMetricReader(metric_exporter)]
-        )
-    )
+    _EXPORT_READERS.append(PeriodicExportingMetricReader(metric_exporter))
+
+
+def _prometheus_provider() -> tuple[Any, Any]:
+    """(meter provider, registry): a Prometheus reader on a registry of this worker only."""
+    from opentelemetry.exporter.prometheus import PrometheusMetricReader
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.resources import Resource
+    from prometheus_client import CollectorRegistry
+
+    registry = CollectorRegistry()
+    readers = [PrometheusMetricReader(registry=registry), *_EXPORT_READERS]
+    _EXPORT_READERS.clear()  # a reader belongs to one provider
+    resource = Resource.create({"service.name": "prism-pipeline"})
+    return MeterProvider(resource=resource, metric_readers=readers), registry
 
 
 def trace_context_of(traceparents: Iterable[str | None]) -> tuple[Any, list[Link]]:
@@ -147,6 +166,9 @@ class WorkerTelemetry:
         clock: Any = time.time,
     ) -> None:
         self.tracer = trace.get_tracer("prism.worker", tracer_provider=tracer_provider)
+        self.registry: Any = None  # the Prometheus registry /metrics serves
+        if meter_provider is None:
+            meter_provider, self.registry = _prometheus_provider()
         meter = metrics.get_meter("prism.worker", meter_provider=meter_provider)
         self._consumed = meter.create_counter("prism.events.consumed", unit="{event}")
         self._outcomes = meter.create_counter(
@@ -163,8 +185,18 @@ class WorkerTelemetry:
         )
         self.lag: dict[int, int] = {}
         meter.create_observable_gauge(
-            "prism.consumer.lag", callbacks=[self._observe_lag], unit="{record}"
+            "prism.consumer.lag",
+            callbacks=[self._observe_lag],
+            unit="{record}",
+            description="records behind the partition's end offset, per input partition",
         )
+        meter.create_observable_gauge(
+            "prism.batch.age",
+            callbacks=[self._observe_batch_age],
+            unit="s",
+            description="seconds since the worker last handled a batch (since start before one)",
+        )
+        self.stopping = False
         self.stats_path = stats_path
         self.counts: Counter[str] = Counter()
         self.freshness = _Reservoir()
@@ -199,7 +231,7 @@ class WorkerTelemetry:
         self.insert_ms.add_many([ms])
 
     def consumed(self, n: int) -> None:
-        now = time.time()
+        now = self._clock()
         self.first_batch_at = self.first_batch_at or now
         self.last_batch_at = now
         self.counts["events"] += n
@@ -225,6 +257,34 @@ class WorkerTelemetry:
 
     def _observe_lag(self, _options: Any) -> Iterable[metrics.Observation]:
         return [metrics.Observation(v, {"partition": p}) for p, v in self.lag.items()]
+
+    def _observe_batch_age(self, _options: Any) -> Iterable[metrics.Observation]:
+        return [metrics.Observation(self._clock() - (self.last_batch_at or self.started_at))]
+
+    # -- /metrics and /healthz ------------------------------------------------------------
+    def metrics_text(self) -> bytes:
+        """The instruments in the Prometheus text format (empty without a registry)."""
+        if self.registry is None:
+            return b""
+        from prometheus_client import generate_latest
+
+        return bytes(generate_latest(self.registry))
+
+    def health(self) -> tuple[bool, dict[str, Any]]:
+        """(healthy, details): healthy until the worker starts stopping."""
+        fresh = self.freshness.summary()
+        doc = {
+            "status": "stopping" if self.stopping else "ok",
+            "uptime_s": round(self._clock() - self.started_at, 3),
+            "events": self.counts["events"],
+            "batches": self.counts["batches"],
+            "last_batch_age_s": (
+                round(self._clock() - self.last_batch_at, 3) if self.last_batch_at else None
+            ),
+            "lag": sum(self.lag.values()),
+            "freshness_p99_ms": fresh.get("p99"),
+        }
+        return not self.stopping, doc
 
     # -- human-readable lines -------------------------------------------------------------
     def _rejected(self, prefix: str) -> dict[str, int]:
@@ -287,6 +347,7 @@ class WorkerTelemetry:
 
     def stopped(self) -> None:
         """The worker is shutting down (SIGTERM/SIGINT): write the stats file, log a summary."""
+        self.stopping = True
         self.write_stats(force=True)
         log.info("worker stopping: %s", self.summary_line())
 

@@ -25,6 +25,7 @@ Manifest (a JSON-ready dict; rules in ``_manifest``, ``_truth``, ``_billing``,
 - ``tenants[tenant_id]``: ``billable`` (accepted reported provider_turn rows: tokens, rows,
   ``cost`` per currency as decimal strings) and ``estimated`` (unsuperseded estimates:
   tokens, rows, ``by_confidence``); ``by_model``: the same per tenant/provider/model/currency;
+  ``by_agent_month``: reported rows, tokens and cost per agent, UTC month and currency;
   ``estimates.by_confidence``: rows and tokens per confidence over the fleet
 - ``dlq``: unparsable / contract_violation / oversized record counts; ``quarantine``:
   post_terminal / conflicting_terminal / duplicate_seq / tenant_mismatch / duplicate_usage

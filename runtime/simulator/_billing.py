@@ -1,14 +1,19 @@
-"""Billable and estimated usage totals of the manifest, per tenant and per tenant/model/currency.
+"""Billable and estimated usage of the manifest: per tenant, tenant/model/currency, agent/month.
 
 Billable: accepted, reported ``provider_turn`` usage rows (tokens, rows, cost per
 currency as exact decimals). Estimated: accepted estimates no accepted reported row of the
-same ``(turn, attempt)`` supersedes, by confidence; estimates are never priced.
+same ``(turn, attempt)`` supersedes, by confidence; estimates are never priced. Per agent
+and month: the run's agent (its lowest-seq accepted event naming one) and the UTC month of
+each usage row's ``ts``, reported rows per currency.
 """
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
+
+from ._truth import ts_ms
 
 __all__ = ["UsageTotals"]
 
@@ -25,6 +30,7 @@ class UsageTotals:
 
     def __init__(self) -> None:
         self._groups: dict[tuple[str, str, str, str | None], dict[str, Any]] = {}
+        self._agent_month: dict[tuple[str, str, str | None], dict[str, Any]] = {}
         self._confidence: dict[str, dict[str, int]] = {
             conf: dict.fromkeys(_ESTIMATE_FIGURES, 0) for conf in ("medium", "low")
         }
@@ -44,8 +50,10 @@ class UsageTotals:
             group = self._groups[key] = _empty_figures()
         return group
 
-    def add_run(self, tenant: str | None, accepted: list[dict[str, Any]]) -> None:
-        """Add one run's accepted events, billed to the run's owner ``tenant``."""
+    def add_run(
+        self, tenant: str | None, accepted: list[dict[str, Any]], agent: str | None = None
+    ) -> None:
+        """Add one run's accepted events, billed to the run's owner ``tenant`` and ``agent``."""
         reported: set[tuple[int, int]] = set()
         estimates: list[tuple[tuple[int, int], dict[str, Any]]] = []
         for ev in accepted:
@@ -58,6 +66,7 @@ class UsageTotals:
                 estimates.append((key, ev))
                 continue
             reported.add(key)
+            self._add_agent_month(agent, ev, row)
             bill = self._group(ev, tenant, row.get("currency"))["billable"]
             bill["input_tokens"] += int(row.get("inputTokens", 0))
             bill["output_tokens"] += int(row.get("outputTokens", 0))
@@ -87,6 +96,33 @@ class UsageTotals:
             summary["rows"] += 1
             for name in _ESTIMATE_FIGURES[1:]:
                 summary[name] += int(row.get(_WIRE[name], 0))
+
+    def _add_agent_month(self, agent: str | None, ev: dict[str, Any], row: dict[str, Any]) -> None:
+        month = datetime.fromtimestamp(ts_ms(ev) / 1000, UTC).strftime("%Y-%m")
+        key = (agent or "", month, row.get("currency"))
+        fig = self._agent_month.setdefault(
+            key, {"rows": 0, "input_tokens": 0, "output_tokens": 0, "total_tokens": 0, "cost": None}
+        )
+        fig["rows"] += 1
+        for name, wire in _WIRE.items():
+            fig[name] += int(row.get(wire, 0))
+        if row.get("cost") is not None and row.get("currency"):
+            fig["cost"] = (fig["cost"] or Decimal(0)) + Decimal(str(row["cost"]))
+
+    def by_agent_month(self) -> list[dict[str, Any]]:
+        """Reported provider_turn usage per agent, UTC month and currency (cost as text)."""
+        return [
+            {
+                "agent_id": agent,
+                "month": month,
+                "currency": currency,
+                **{k: v for k, v in fig.items() if k != "cost"},
+                "cost": None if fig["cost"] is None else format(fig["cost"], "f"),
+            }
+            for (agent, month, currency), fig in sorted(
+                self._agent_month.items(), key=lambda kv: (*kv[0][:2], kv[0][2] or "")
+            )
+        ]
 
     def by_confidence(self) -> dict[str, dict[str, int]]:
         """Unsuperseded estimates over the whole fleet, per confidence: rows and tokens."""

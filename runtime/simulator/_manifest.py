@@ -94,7 +94,7 @@ def compute_manifest(
         row = _run_row(truth, stale_before, limit_ms)
         run_rows[run_id] = row
         applied_events += len(truth.accepted)
-        usage.add_run(truth.owner, truth.accepted)
+        usage.add_run(truth.owner, truth.accepted, (truth.first_with("agent") or {}).get("id"))
         for ev in truth.accepted:
             if ev["type"] == "guardrail_denied":
                 guardrails[(ev["data"]["rule"], ev["data"]["stage"])] += 1
@@ -120,6 +120,7 @@ def compute_manifest(
         "runs": run_rows,
         "tenants": usage.tenants(run_rows),
         "by_model": usage.by_model(),
+        "by_agent_month": usage.by_agent_month(),
         "estimates": {"by_confidence": usage.by_confidence()},
         "dlq": {k: dlq.get(k, 0) for k in ("unparsable", "contract_violation", "oversized")},
         "quarantine": {k: reasons.get(k, 0) for k in QUARANTINE_REASONS},

@@ -59,6 +59,7 @@ def test_a_faithful_ledger_passes_every_check_and_a_tampered_one_is_named(
         "guardrail denials",
         "exhaustion alerts",
         "stale-run alerts",
+        "billing by agent, month",
     ):
         assert by_name[name].compared > 0, name
     assert by_name["run records"].compared >= 300 * 17
@@ -76,6 +77,8 @@ def test_a_faithful_ledger_passes_every_check_and_a_tampered_one_is_named(
         c.name: c for c in compare(ch_client, ch_database, fleet.manifest, fleet.events) if not c.ok
     }
     assert set(failed) >= {"runs by status", "run records", "dead letters by reason"}
+    # its usage no longer has an agent in billing by agent and month
+    assert "billing by agent, month" in failed
     assert f"run {run_id}: missing from the ledger" in failed["run records"].problems
     assert "MISMATCH dead letters by reason" in render(list(failed.values()))
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from prism.devstack import LocalKafka, free_port
-from prism.devstack.workerproc import WorkerProcess, committed_lag
+from prism.devstack.workerproc import WorkerProcess, committed_lag, committed_positions
 from prism.pipeline.settings import Settings, load_settings
 from prism.pipeline.topics import ensure_topics, worker_env
 from prism.runtime.simulator import Fleet, FleetRecord, publish_to_kafka
@@ -124,9 +124,17 @@ class FaultLab:
             else:
                 since = None
             time.sleep(0.5)
+        try:
+            positions = committed_positions(
+                settings.kafka_bootstrap_servers, settings.consumer_group, settings.topics.input
+            )
+            behind = {p: f"{done}/{end}" for p, (done, end) in positions.items() if done < end}
+        except Exception as exc:
+            behind = {"unknown": repr(exc)}
         raise AssertionError(
             f"{w.log_path.name} did not drain {settings.topics.input} in "
-            f"{timeout:.0f}s (lag {lag}):\n{w.tail_log(30)}"
+            f"{timeout:.0f}s (lag {lag}; committed/end of lagging partitions {behind}):\n"
+            f"{w.tail_log(30)}"
         )
 
     def wait_killed(self, w: WorkerProcess, timeout: float = 90.0) -> list[str]:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from prism.devstack.workerproc import WorkerProcess, wait_members
+from prism.devstack.workerproc import WorkerProcess, committed_positions, wait_members
 from prism.pipeline.settings import load_settings
 from prism.pipeline.topics import ensure_topics, worker_env
 from prism.runtime.simulator import FleetConfig, publish_to_kafka, simulate, write_jsonl
@@ -66,13 +66,25 @@ def _publish(fleet, settings, records=None):
 def test_fleet_through_kafka_matches_manifest_and_file_replay(
     fleet, kafka_bootstrap, topic_prefix, tmp_path
 ):
-    s = _settings(kafka_bootstrap, topic_prefix, tmp_path, "live")
+    s = _settings(kafka_bootstrap, topic_prefix, tmp_path, "live").model_copy(
+        update={"progress_interval_seconds": 1.0}
+    )
     _publish(fleet, s)
     with WorkerProcess(worker_env(s), log_path=tmp_path / "live.log") as w:
         w.wait_drained(s.topics.input, s.consumer_group, settle=4.0)
+        ends = committed_positions(s.kafka_bootstrap_servers, s.consumer_group, s.topics.input)
     live = subprocess_query(s.clickhouse_dsn)
     problems = diff_manifest(snapshot(live, "prism"), fleet.manifest)
     assert problems == [], "\n".join(problems)
+    # The worker sampled its position: at the end every partition is stored to its end.
+    samples = live(
+        "SELECT partition, argMax(processed, ts) AS processed, argMax(end_offset, ts) AS end, "
+        "argMax(lag, ts) AS lag, count() AS n FROM prism.worker_progress GROUP BY partition"
+    )
+    assert {r["partition"]: (r["processed"], r["end"], r["lag"]) for r in samples} == {
+        p: (end, end, 0) for p, (_, end) in ends.items() if end > 0
+    }
+    assert all(r["n"] >= 2 for r in samples), samples
 
     path = tmp_path / "fleet.jsonl"
     write_jsonl(fleet, path)

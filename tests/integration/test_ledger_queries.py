@@ -17,6 +17,7 @@ from prism.sinks import (
     LedgerWriter,
     SourceRange,
     billing_report,
+    billing_sql,
     migrate,
     run_timeline,
 )
@@ -123,14 +124,21 @@ def test_run_total_rows_never_reach_a_billing_total(ch_client: Any, ledger: str)
 
 
 def test_the_documented_billing_sql_matches_the_report(ch_client: Any, ledger: str) -> None:
-    _write(ch_client, ledger, LedgerBatch(usage=FLEET))
+    no_cost = _u("u12", "r5", turn=7, cost=None, currency=None)  # unpriced: no price book
+    _write(ch_client, ledger, LedgerBatch(usage=[*FLEET, no_cost]))
     sql = re.search(r"```sql\n(.*?)```", BILLING_MD.read_text(), re.S)
     assert sql is not None
     rows = ch_client.query(sql[1].replace("prism.", f"{ledger}.")).result_rows
     report = billing_report(ch_client, ledger, date(2025, 1, 1), date(2025, 2, 1))
+    assert "unpriced" in {x.priced_by for x in report if x.kind == "reported"}
+    # with an empty price book the report runs a leaner query: the full one agrees
+    params = {"start": "2025-01-01 00:00:00.000", "end": "2025-02-01 00:00:00.000"}
+    full = ch_client.query(billing_sql(ledger, price_book=True), parameters=params)
+    assert [BillingLine(**r).values() for r in full.named_results()] == [x.values() for x in report]
     assert [
-        (r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[10], r[11], r[12]) for r in rows
-    ] == [_line(x) for x in report]
+        (r[0], r[1], r[2], r[3], r[4], r[5], r[7], r[8], r[9], r[11], r[12], r[13], r[6])
+        for r in rows
+    ] == [(*_line(x), x.priced_by) for x in report]
 
 
 def test_cache_hits_weight_by_tokens_over_current_turns(ch_client: Any, ledger: str) -> None:

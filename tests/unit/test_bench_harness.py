@@ -119,3 +119,17 @@ def test_worker_rate_from_the_stats_file_counts_all_batches_but_one() -> None:
     assert stats_rate(stats) == pytest.approx(12_500.0)  # 5 of 6 batches in 2 s
     assert stats_rate({**stats, "batches": 1}) is None
     assert stats_rate({**stats, "first_batch_at": None}) is None
+
+
+def test_the_ledger_benchmark_builds_rows_the_ledger_schema_accepts() -> None:
+    from datetime import UTC, datetime
+
+    from bench.bench_ledger import TURNS_PER_RUN, _batches
+
+    batches = list(_batches(3, datetime(2026, 11, 1, tzinfo=UTC), 3600.0, per_batch=2))
+    assert [len(b.runs) for b in batches] == [2, 1]
+    run = batches[0].runs[0]
+    assert (run.status, run.model_turns, run.missing_count, run.closed) == (
+        "succeeded", TURNS_PER_RUN, 0, True,
+    )  # fmt: skip
+    assert run.event_count == len([e for e in batches[0].events if e.run_id == run.run_id])

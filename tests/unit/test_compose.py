@@ -36,6 +36,8 @@ ENV_EXAMPLE = ROOT / "prism.env.example"
 CLICKHOUSE_CONFIG = ROOT / "deploy" / "clickhouse" / "prism.xml"
 # The ClickHouse server image's own ports (not pipeline settings).
 CLICKHOUSE_PORTS = {"http": 8123, "native": 9000}
+# The ClickHouse release chDB (pyproject's pin) embeds: the server compose runs.
+CLICKHOUSE_RELEASE = "26.9"
 
 
 def _env_file(path: Path) -> dict[str, str]:
@@ -156,15 +158,26 @@ def services(compose: dict[str, Any]) -> dict[str, Any]:
 
 def test_the_stack_has_every_service_and_pinned_images(services: dict[str, Any]) -> None:
     assert {"kafka", "clickhouse", "grafana", *PIPELINE_SERVICES} <= set(services)
-    assert re.fullmatch(r"apache/kafka:4\.\d+\.\d+", services["kafka"]["image"])
+    # One Kafka version everywhere: the broker `make test` and `make demo` run.
+    pom = (ROOT / "devstack" / "kafka" / "pom.xml").read_text(encoding="utf-8")
+    kafka_version = re.search(r"<kafka\.version>([\d.]+)</kafka\.version>", pom)
+    assert kafka_version and services["kafka"]["image"] == f"apache/kafka:{kafka_version[1]}"
+    # The engine the tests run: chDB's (tests/integration/test_compose_engine.py checks
+    # that the tag's release is chDB's own), never a floating `latest`.
     assert re.fullmatch(
-        r"clickhouse/clickhouse-server:2[56]\.\d+(\.[\d.]+)?", services["clickhouse"]["image"]
+        rf"clickhouse/clickhouse-server:{re.escape(CLICKHOUSE_RELEASE)}(\.\d+)*",
+        services["clickhouse"]["image"],
     )
     # Grafana runs the release the dashboards are built for (grafana-foundation-sdk's pin).
     sdk_grafana = version("grafana-foundation-sdk").split("!")[-1]
     assert services["grafana"]["image"] == f"grafana/grafana:{sdk_grafana}"
-    plugins = environment(services["grafana"])["GF_INSTALL_PLUGINS"] or ""
-    assert "grafana-clickhouse-datasource" in plugins.split(",")
+    plugins = dict(
+        p.strip().partition(" ")[::2]
+        for p in (environment(services["grafana"])["GF_INSTALL_PLUGINS"] or "").split(",")
+    )
+    assert re.fullmatch(r"4\.\d+\.\d+", plugins.get("grafana-clickhouse-datasource", "")), (
+        f"the ClickHouse plugin is not pinned to a 4.x release: {plugins}"
+    )
     assert services["simulator"]["profiles"] == ["demo"], "the simulator runs only on demand"
 
 
@@ -496,3 +509,72 @@ def test_image_installs_the_project_and_runs_its_console_script() -> None:
         assert not _dockerignored(src, patterns), f".dockerignore hides {src} from the build"
     for local in (".venv/bin/python", ".data/ledger", "devstack/kafka/lib", "dashboards/json"):
         assert _dockerignored(local, patterns), f"{local} would be sent to the image build"
+
+
+def _compose_spec() -> dict[str, Any]:
+    """The Compose Specification's JSON schema, as check-jsonschema vendors it."""
+    import json
+    from importlib.metadata import files
+
+    found = [f for f in files("check-jsonschema") or [] if f.name == "compose-spec.json"]
+    assert found, "check-jsonschema (a dev dependency) no longer vendors compose-spec.json"
+    schema: dict[str, Any] = json.loads(found[0].read_text(encoding="utf-8"))
+    return schema
+
+
+@pytest.mark.parametrize("env", [None, EXAMPLE], ids=["as-written", "interpolated"])
+def test_the_file_validates_against_the_compose_spec(env: dict[str, str] | None) -> None:
+    from jsonschema import Draft7Validator
+
+    raw = yaml.safe_load(COMPOSE.read_text(encoding="utf-8"))
+    document = raw if env is None else _resolve(raw, env)
+    validator = Draft7Validator(_compose_spec())
+    errors = [
+        f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
+        for e in validator.iter_errors(document)
+    ]
+    assert not errors, errors
+    # the schema is strict enough to notice a mistake
+    broken = {
+        **document,
+        "services": {
+            **document["services"],
+            "worker": {
+                **document["services"]["worker"],
+                "depends_on": {"migrate": {"condition": "done"}},
+            },
+        },
+    }
+    assert not validator.is_valid(broken)
+
+
+def test_migrate_runs_before_every_service_that_reads_the_ledger(services: dict[str, Any]) -> None:
+    readers = {
+        name
+        for name, svc in services.items()
+        if "PRISM_CLICKHOUSE_DSN" in environment(svc) or "CLICKHOUSE_HOST" in environment(svc)
+    } - {"migrate"}
+    assert {"grants", "worker", "grafana"} <= readers
+    for name in readers:
+        dep = (services[name].get("depends_on") or {}).get("migrate") or {}
+        assert dep.get("condition") == "service_completed_successfully", name
+
+
+def test_worker_healthcheck_asks_healthz_on_the_metrics_port(services: dict[str, Any]) -> None:
+    check = services["worker"]["healthcheck"]
+    url = re.search(r"http://127\.0\.0\.1:(\d+)/healthz", " ".join(check["test"]))
+    assert url, "the worker's healthcheck must GET /healthz"
+    assert check["test"][0] == "CMD" and check["test"][1] == "python", "the image has no curl"
+    if "metrics_port" not in Settings.model_fields:
+        pytest.skip("the worker's /healthz endpoint (PRISM_METRICS_PORT) is not in this tree")
+    assert int(url[1]) == default("metrics_port")
+    host = environment(services["worker"]).get("PRISM_METRICS_HOST") or default("metrics_host")
+    assert host in ("127.0.0.1", "0.0.0.0"), "the probe runs inside the container"
+
+
+def test_readme_and_the_file_header_start_the_simulator_alike() -> None:
+    pattern = r"docker compose --profile demo [^`\n#]*simulator"
+    header = re.findall(pattern, COMPOSE.read_text(encoding="utf-8").split("\nname:", 1)[0])
+    readme = re.findall(pattern, (ROOT / "README.md").read_text(encoding="utf-8"))
+    assert header and readme
+    assert {h.strip() for h in header} == {r.strip() for r in readme}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from prism.dashboards import (
     DASHBOARDS,
     DATASOURCE_UID,
     PLUGIN_ID,
+    AlertThresholds,
     ClickHouseQuery,
     ClickHouseQueryBuilder,
     LintError,
@@ -30,6 +32,8 @@ from prism.dashboards import (
     lint_dashboard,
 )
 from prism.pipeline.cli import main
+from prism.pipeline.commands.dashboards import alert_thresholds
+from prism.pipeline.settings import load_settings
 
 BUILT = {b.__name__: dashboard_json(b(None)) for b in DASHBOARDS}
 
@@ -122,6 +126,40 @@ def test_dashboards_cover_what_each_audience_needs() -> None:
         "Limit exhaustion (run and children)",
         "Delegated children",
     } <= titles["run_explorer"]
+    assert {
+        "Turn latency p50 by provider / model",
+        "Turn latency p95 by provider / model",
+        "Turn latency p99 by provider / model",
+        "Provider error rate by provider / model",
+        "Run failures by failure class",
+        "Stop reasons",
+        "Retried attempts share by provider / model",
+    } <= titles["provider_health"]
+    assert {
+        "Cost by agent",
+        "Cost by user",
+        "Cost by session",
+        "Top 20 most expensive runs",
+        "Cost per successful run",
+        "Estimated share trend by tenant",
+    } <= titles["cost_and_usage"]
+    assert {
+        "Tool calls by tool",
+        "Tool error rate by tool",
+        "Tool duration p95 by tool",
+        "Tools summary",
+        "Narrowing clamps by agent",
+        "Tools dropped by narrowing",
+    } <= titles["tools"]
+    assert {
+        "Ingest freshness",
+        "Progress per source partition",
+        "Dead letters by reason",
+        "Quarantine by reason",
+        "Alerts",
+    } <= titles["pipeline"]
+    cost_vars = [v["name"] for v in BUILT["cost_and_usage"]["templating"]["list"]]
+    assert cost_vars == ["datasource", "tenant", "agent", "user", "session"]
     explorer_vars = [v["name"] for v in BUILT["run_explorer"]["templating"]["list"]]
     assert explorer_vars == ["datasource", "tenant", "run_id"]
 
@@ -132,7 +170,8 @@ def test_every_tenant_scoped_panel_filters_by_tenant(name: str) -> None:
     for panel in _panels(BUILT[name]):
         for target in panel["targets"]:
             sql = target["rawSql"]
-            if "FROM dead_letters" in sql:  # no trusted tenant: SRE-only, stated in the panel
+            if "FROM dead_letters" in sql or "FROM worker_progress" in sql:
+                # no (trusted) tenant: SRE-only, stated in the panel
                 assert "Not tenant-scoped" in panel["description"], panel["title"]
                 continue
             assert "decodeURLComponent('${tenant:percentencode}')" in sql, panel["title"]
@@ -226,14 +265,17 @@ def test_alert_files_pass_the_lint_and_use_the_provisioning_shape() -> None:
     }
     assert {r["title"] for r in group["rules"]} == {
         "Run-limit exhaustion rate per axis",
-        "Stale (incomplete) runs",
-        "Dead-letter growth",
+        "Stale runs growing",
+        "Dead-letter rate above baseline",
         "Ingest freshness",
         # channel rules (dashboards/_channels.py)
         "Channel open item unreconciled",
         "Channel capacity denials per connection",
         "Stuck channel operations",
     }
+    retired = files["alert-rules.yaml"]["deleteRules"]
+    assert {r["uid"] for r in retired} == {"prism-stale-runs", "prism-dead-letter-growth"}
+    assert not {r["uid"] for r in retired} & {r["uid"] for r in group["rules"]}
     for rule in group["rules"]:
         assert set(rule) >= {
             "uid",
@@ -246,6 +288,8 @@ def test_alert_files_pass_the_lint_and_use_the_provisioning_shape() -> None:
             "annotations",
             "labels",
         }
+        runbook = rule["annotations"]["runbook"]
+        assert "Query to run:\nprism-pipeline query" in runbook or "curl" in runbook
         assert "folderUID" not in rule and "orgID" not in rule  # not the HTTP API shape
         assert rule["data"][0]["model"]["format"] == 1
     [cp] = files["contact-points.yaml"]["contactPoints"]
@@ -284,6 +328,11 @@ def _rule(files: dict[str, Any]) -> dict[str, Any]:
             "is not a contact point",
         ),
         (lambda f: _rule(f)["labels"].update(team="$TEAM"), "env-interpolated"),
+        (lambda f: _rule(f)["annotations"].pop("runbook"), "no 'runbook' annotation"),
+        (
+            lambda f: _rule(f)["annotations"].update(runbook="What it means: x. What to do: y."),
+            "runbook annotation has no 'Query to run:' section",
+        ),
     ],
 )
 def test_alert_lint_catches_each_broken_rule(mutate: Any, expected: str) -> None:
@@ -363,5 +412,33 @@ def test_cli_builds_into_the_given_folder(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["dashboards", "build", "--out", str(tmp_path)]) == 0
-    assert "wrote 11 files" in capsys.readouterr().out  # 6 dashboards, 5 provisioning files
+    # one JSON per dashboard, the datasource, the dashboard provider and 3 alerting files
+    assert f"wrote {len(DASHBOARDS) + 5} files" in capsys.readouterr().out
     assert (tmp_path / "provisioning" / "alerting" / "alert-rules.yaml").is_file()
+
+
+def test_alert_thresholds_default_to_the_settings_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The committed rules (AlertThresholds()) are what `dashboards build` writes by default."""
+    for name in list(os.environ):
+        if name.startswith("PRISM_"):
+            monkeypatch.delenv(name)
+    assert alert_thresholds(load_settings()) == AlertThresholds()
+
+
+def test_cli_takes_alert_thresholds_from_settings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("PRISM_ALERT_FRESHNESS_SECONDS", "120")
+    monkeypatch.setenv("PRISM_ALERT_DEAD_LETTER_WINDOW_SECONDS", "600")
+    assert main(["dashboards", "build", "--out", str(tmp_path)]) == 0
+    text = (tmp_path / "provisioning" / "alerting" / "alert-rules.yaml").read_text()
+    rules = {r["uid"]: r for r in yaml.safe_load(text)["groups"][0]["rules"]}
+    fresh = rules["prism-ingest-freshness"]["data"][2]["model"]["conditions"][0]
+    assert fresh["evaluator"]["params"] == [120.0]
+    dead = rules["prism-dead-letter-rate"]["data"][0]
+    assert "INTERVAL 600 SECOND" in dead["model"]["rawSql"]
+    assert dead["relativeTimeRange"]["from"] == 600 + 86_400
+    monkeypatch.setenv("PRISM_ALERT_STALE_FACTOR", "0.5")
+    capsys.readouterr()
+    assert main(["dashboards", "build", "--out", str(tmp_path)]) == 2
+    assert "PRISM_ALERT_STALE_FACTOR='0.5'" in capsys.readouterr().err

@@ -78,7 +78,7 @@ def test_every_store_has_a_tenant_policy_and_an_all_rows_policy(ddl: list[str]) 
         assert len(tenant) == len(others) == 1, table
         assert tenant[0].endswith("AS PERMISSIVE TO prism_grafana_role")
         assert "getSetting('SQL_prism_tenant') = '*'" in tenant[0]
-        if table == "dead_letters_store":  # no trusted tenant: only the all-tenant reader
+        if table in ("dead_letters_store", "worker_progress_store"):  # no tenant: all-tenant only
             assert "tenant_id" not in tenant[0]
         elif table == "channel_watermark_store":  # one pipeline-wide row, no tenant data
             assert tenant[0].endswith(

@@ -19,13 +19,14 @@ VERSIONED = {
     "run_events_store",
     "quarantine_store",
     "ingest_state",
+    "prices_store",
     # 0006: channel operations
     "channel_operations_store",
     "channel_denials_store",
     "channel_quarantine_store",
     "channel_watermark_store",
 }
-APPEND_ONLY = {"dead_letters_store"}
+APPEND_ONLY = {"dead_letters_store", "worker_progress_store"}
 
 
 def _creates(statements: list[str]) -> dict[str, str]:
@@ -47,9 +48,7 @@ def _all_statements(**kw: object) -> list[str]:
 
 def test_migrations_are_numbered_from_one_without_gaps() -> None:
     versions = [m.version for m in load_migrations()]
-    # 0005 (the price book) is written on another branch; drop this allowance once it lands.
-    missing = set(range(1, max(versions) + 1)) - set(versions)
-    assert versions == sorted(set(versions)) and versions[0] == 1 and missing <= {5}
+    assert versions == list(range(1, len(versions) + 1))
 
 
 def test_single_node_ddl() -> None:
@@ -66,7 +65,10 @@ def test_single_node_ddl() -> None:
         assert "non_replicated_deduplication_window = 10000" in ddl, table
         assert "Replicated" not in ddl
     assert "TTL toDateTime(received_at) + INTERVAL 90 DAY" in creates["run_events_store"]
-    assert [t for t, ddl in creates.items() if "TTL" in ddl] == ["run_events_store"]
+    assert [t for t, ddl in creates.items() if "TTL" in ddl] == [
+        "run_events_store",
+        "worker_progress_store",
+    ]
     assert "cost Nullable(Decimal(38, 12))" in creates["usage_store"]
     assert "ORDER BY run_id\n" in creates["runs_store"]
     assert "ORDER BY (run_id, kind, turn, attempt)" in creates["turns_store"]
@@ -89,7 +91,7 @@ def test_cluster_ddl_is_replicated_and_on_cluster() -> None:
         assert "non_replicated" not in ddl
     assert "INTERVAL 30 DAY" in creates["run_events_store"]
     views = {s.split()[4] for s in statements if s.startswith("CREATE OR REPLACE VIEW")}
-    assert len(views) == 9 + 5  # 0006: four channel views and guardrail_denials
+    assert len(views) == 11 + 5  # 0006: four channel views and guardrail_denials
     assert all(v.startswith("prism.") for v in views)
 
 

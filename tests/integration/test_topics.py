@@ -1,0 +1,54 @@
+"""``ensure_topics`` makes every topic the pipeline and its workers use, before any worker."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
+from prism.pipeline.settings import load_settings
+from prism.pipeline.topics import ensure_topics
+
+pytestmark = pytest.mark.integration
+
+
+def test_topics_and_the_table_changelogs_are_created_once(
+    kafka_bootstrap: str, topic_prefix: str
+) -> None:
+    settings = load_settings(
+        kafka_bootstrap_servers=kafka_bootstrap, topic_prefix=topic_prefix, partitions=3
+    )
+    group = settings.consumer_group
+
+    async def scenario() -> tuple[list[str], list[str], dict[str, tuple[int, str]]]:
+        first = await ensure_topics(settings)
+        again = await ensure_topics(settings)
+        admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+        await admin.start()
+        try:
+            names = [f"{group}-run-state-changelog", f"{group}-alert-state-changelog",
+                     settings.topics.input]  # fmt: skip
+            found = await admin.describe_topics(names)
+            described = {d["topic"]: len(d["partitions"]) for d in found}
+            configs = await admin.describe_configs(
+                [ConfigResource(ConfigResourceType.TOPIC, n) for n in names]
+            )
+            policy = {
+                res[3]: dict((e[0], e[1]) for e in res[4])["cleanup.policy"]
+                for r in configs
+                for res in r.resources
+            }
+            return first, again, {n: (described[n], policy[n]) for n in names}
+        finally:
+            await admin.close()
+
+    first, again, topics = asyncio.run(scenario())
+    assert again == []
+    assert f"{group}-run-state-changelog" in first
+    assert topics == {
+        f"{group}-run-state-changelog": (3, "compact"),
+        f"{group}-alert-state-changelog": (1, "compact"),
+        settings.topics.input: (3, "delete"),
+    }
