@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from prism.schemas import LedgerBatch
+from prism.schemas import LedgerBatch, ProgressRow
 from prism.sinks import (
     STORAGE_TABLES,
     TENANT_SETTING,
@@ -25,7 +25,9 @@ from prism.sinks import (
     migrate,
     sql_string,
 )
+from prism.sinks._tables import columns_of
 from prism.sinks.testing import (
+    T0,
     alert_row,
     channel_rows,
     dead_letter_row,
@@ -53,6 +55,7 @@ def _batch(tenant: str, tag: str) -> LedgerBatch:
         dead_letters=[dead_letter_row(int(tag))],
         alerts=[alert_row(f"a{tag}", **t)],
         **channel_rows(f"op{tag}", f"c{tag}", **t),
+        progress=[ProgressRow(T0, f"w{tag}", "prism.agent-events", int(tag), 5, 9, 4, None)],
     )
 
 
@@ -86,10 +89,11 @@ def test_row_policy_conditions_keep_only_the_selected_tenant(
                           r"FOR SELECT USING (.+) AS PERMISSIVE", s))
     }  # fmt: skip
     assert set(policies) == {table for table, _ in STORAGE_TABLES.values()}
+    rows_of = {table: row for table, row in STORAGE_TABLES.values()}
     for table, condition in policies.items():
         for selected in (*TENANTS, "*", "nobody"):
             sql = condition.replace(f"getSetting('{TENANT_SETTING}')", sql_string(selected))
-            has_tenant = table not in ("dead_letters_store", "channel_watermark_store")
+            has_tenant = "tenant_id" in columns_of(rows_of[table])
             column = "tenant_id" if has_tenant else "'-'"
             rows = ch_client.query(
                 f"SELECT DISTINCT {column} FROM {ch_database}.{table} WHERE {sql}"
