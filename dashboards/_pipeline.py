@@ -20,6 +20,7 @@ from prism.dashboards._panels import (
     table_panel,
     timeseries_panel,
 )
+from prism.dashboards._sre import EVENT_TIME_LAG_SQL
 
 __all__ = ["UID", "pipeline"]
 
@@ -125,19 +126,7 @@ def pipeline(database: str | None = None) -> dashboard_models.Dashboard:
             "How long accepted events took from emission to the ledger, per interval of "
             "arrival: the end-to-end lag a replay consumer sees.",
             "s",
-            [
-                ch(
-                    f"""
-                    SELECT $__timeInterval(received_at) AS time,
-                           quantile(0.5)(dateDiff('millisecond', ts, received_at)) / 1000 AS p50,
-                           quantile(0.99)(dateDiff('millisecond', ts, received_at)) / 1000 AS p99
-                    FROM run_events
-                    WHERE $__timeFilter(received_at) AND {TENANT_FILTER}
-                    GROUP BY time
-                    ORDER BY time
-                    """
-                )
-            ],
+            [ch(EVENT_TIME_LAG_SQL)],
         ),
     )
     b.add(

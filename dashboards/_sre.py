@@ -14,12 +14,24 @@ from prism.dashboards._panels import (
     timeseries_panel,
 )
 
-__all__ = ["UID", "sre_overview"]
+__all__ = ["EVENT_TIME_LAG_SQL", "UID", "sre_overview"]
 
 UID = "prism-sre-overview"
 
 # Runs are placed in time by their start, or their last event while the start is unknown.
 _RUN_TIME = "ifNull(started_at, last_event_at)"
+
+# Emission (ts) to ledger (received_at), median and p99 per interval of arrival; the SRE
+# overview and the pipeline dashboard both chart it.
+EVENT_TIME_LAG_SQL = f"""
+    SELECT $__timeInterval(received_at) AS time,
+           quantile(0.5)(dateDiff('millisecond', ts, received_at)) / 1000 AS p50,
+           quantile(0.99)(dateDiff('millisecond', ts, received_at)) / 1000 AS p99
+    FROM run_events
+    WHERE $__timeFilter(received_at) AND {TENANT_FILTER}
+    GROUP BY time
+    ORDER BY time
+"""
 
 
 def sre_overview(database: str | None = None) -> dashboard_models.Dashboard:
@@ -104,19 +116,7 @@ def sre_overview(database: str | None = None) -> dashboard_models.Dashboard:
             "How long events took from emission (ts) to the ledger (received_at): median and "
             "p99 per interval, by receive time.",
             "s",
-            [
-                ch(
-                    f"""
-                    SELECT $__timeInterval(received_at) AS time,
-                           quantile(0.5)(dateDiff('millisecond', ts, received_at)) / 1000 AS p50,
-                           quantile(0.99)(dateDiff('millisecond', ts, received_at)) / 1000 AS p99
-                    FROM run_events
-                    WHERE $__timeFilter(received_at) AND {TENANT_FILTER}
-                    GROUP BY time
-                    ORDER BY time
-                    """
-                )
-            ],
+            [ch(EVENT_TIME_LAG_SQL)],
             w=24,
         )
     )

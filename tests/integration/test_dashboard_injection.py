@@ -187,6 +187,12 @@ def _results(ledgers: Ledgers, build: Any, db: str, tenant: Any, run_id: str) ->
     dash = dashboard_json(build(db))
     assert lint_dashboard(dash) == []
     tr, variables = ledgers.time_range, _variables(tenant, run_id)
+    # Every other filter (agent, user, session, provider, tool) on All, as a board opens.
+    variables += [
+        Variable(v["name"], [ALL], options=())
+        for v in dash["templating"]["list"]
+        if v["type"] == "query" and v["name"] not in ("tenant", "run_id")
+    ]
     return {
         where: _run(ledgers, expand_query(sql, tr, variables), f"{dash['uid']}/{where}")
         for where, sql in _queries(dash)
