@@ -73,7 +73,8 @@ def event_context(event: Any) -> Iterator[None]:
 
 def committed_offset(app: faust.App, tp: Any) -> int | None:
     """The next offset the group has committed for ``tp``, as the consumer last saw it."""
-    offset = app.consumer._committed_offset.get(tp)
+    consumer: Any = app.consumer  # the concrete Consumer; ConsumerT does not declare these
+    offset = consumer._committed_offset.get(tp)
     return None if offset is None else int(offset)
 
 
@@ -83,8 +84,9 @@ async def handled_elsewhere(app: faust.App, tp: Any, ranges: list[tuple[int, int
     Call only once the records of ``ranges`` are in the ledger: the consumer may then
     commit through them as soon as a later offset of ``tp`` is acknowledged.
     """
+    consumer: Any = app.consumer
     for start, end in ranges:
-        await app.consumer._add_gap(tp, start, end - 1)
+        await consumer._add_gap(tp, start, end - 1)
 
 
 def die(what: str, log: logging.Logger) -> None:
