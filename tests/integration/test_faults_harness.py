@@ -61,8 +61,13 @@ class FaultLab:
         bootstrap: str | None = None,
         **overrides: Any,
     ) -> Settings:
-        """Worker settings: state under ``tmp/name``; group and ledger shared when named."""
+        """Worker settings: state under ``tmp/name``; group and ledger shared when named.
+
+        Progress samples are off unless asked for: the fault specs count ledger flushes,
+        and a timer flush of samples alone must not be the one a fault strikes.
+        """
         (self.tmp / (ledger or name)).mkdir(parents=True, exist_ok=True)  # the chDB parent
+        overrides.setdefault("progress_interval_seconds", 0.0)
         return load_settings(
             kafka_bootstrap_servers=bootstrap or self.bootstrap,
             topic_prefix=self.prefix,
