@@ -10,7 +10,6 @@ reads the operation's partition (key = operationId) without a consumer group.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -27,11 +26,9 @@ from prism.schemas import (
 
 from ..settings import Settings
 from ._sequencer import format_seqs
-from ._tail import _consumer, partition_for, topic_partitions
+from ._tail import _consumer, partition_for, records_until, topic_partitions
 
 __all__ = ["OperationResult", "OperationSequencer", "format_operation", "tail_operation"]
-
-_POLL_S = 0.5
 
 
 @dataclass(slots=True)
@@ -159,27 +156,16 @@ async def tail_operation(
     try:
         consumer.assign([tp])
         await consumer.seek_to_beginning(tp)
-        loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else loop.time() + timeout
-        while not seq.complete:
-            wait = _POLL_S if deadline is None else min(_POLL_S, deadline - loop.time())
-            if wait <= 0:
-                break
-            batch = await consumer.getmany(tp, timeout_ms=int(wait * 1000))
-            for rec in batch.get(tp, ()):
-                if rec.key != key:
-                    continue
-                try:
-                    op = parse_channel_operation(
-                        rec.value or b"", max_bytes=settings.max_event_bytes
-                    )
-                except ContractViolation:
-                    invalid += 1
-                    continue
-                for ready in seq.push(op):
-                    on_record(ready)
-                if seq.complete:
-                    break
+        async for rec in records_until(consumer, tp, lambda: seq.complete, timeout):
+            if rec.key != key:
+                continue
+            try:
+                op = parse_channel_operation(rec.value or b"", max_bytes=settings.max_event_bytes)
+            except ContractViolation:
+                invalid += 1
+                continue
+            for ready in seq.push(op):
+                on_record(ready)
     finally:
         await consumer.stop()
     return seq.result(invalid)

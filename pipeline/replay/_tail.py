@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from collections.abc import Callable, Collection
+from collections.abc import AsyncIterator, Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -149,35 +149,46 @@ async def tail_run(
             tp.partition,
             start_offset if start_offset is not None else "the beginning",
         )
-        loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else loop.time() + timeout
-        while not seq.complete:
-            wait = _POLL_S if deadline is None else min(_POLL_S, deadline - loop.time())
-            if wait <= 0:
-                break
-            batch = await consumer.getmany(tp, timeout_ms=int(wait * 1000))
-            for rec in batch.get(tp, ()):
-                if rec.key is not None and rec.key != key:
-                    continue
-                try:
-                    ev = event_from_record(
-                        rec.value or b"",
-                        partition=rec.partition,
-                        offset=rec.offset,
-                        max_bytes=settings.max_event_bytes,
-                    )
-                except ContractViolation:
-                    invalid += rec.key == key
-                    continue
-                for ready in seq.push(ev):
-                    on_event(ready)
-                if seq.complete:
-                    break
+        async for rec in records_until(consumer, tp, lambda: seq.complete, timeout):
+            if rec.key is not None and rec.key != key:
+                continue
+            try:
+                ev = event_from_record(
+                    rec.value or b"",
+                    partition=rec.partition,
+                    offset=rec.offset,
+                    max_bytes=settings.max_event_bytes,
+                )
+            except ContractViolation:
+                invalid += rec.key == key
+                continue
+            for ready in seq.push(ev):
+                on_event(ready)
     finally:
         await consumer.stop()
     for ready in seq.drain():  # timed out: what waited behind a gap, still in seq order
         on_event(ready)
     return seq.result(invalid=invalid)
+
+
+async def records_until(
+    consumer: AIOKafkaConsumer,
+    tp: TopicPartition,
+    done: Callable[[], bool],
+    timeout: float | None,
+) -> AsyncIterator[Any]:
+    """``tp``'s records as they arrive, until ``done()`` or ``timeout`` seconds have passed."""
+    loop = asyncio.get_running_loop()
+    deadline = None if timeout is None else loop.time() + timeout
+    while not done():
+        wait = _POLL_S if deadline is None else min(_POLL_S, deadline - loop.time())
+        if wait <= 0:
+            return
+        batch = await consumer.getmany(tp, timeout_ms=int(wait * 1000))
+        for rec in batch.get(tp, ()):
+            yield rec
+            if done():
+                return
 
 
 @dataclass(slots=True)
