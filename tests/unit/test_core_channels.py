@@ -30,7 +30,7 @@ from prism.pipeline.core import (
 )
 from prism.runtime.simulator._channel_truth import STATES, channel_truth
 from prism.schemas import ChannelOperationRow
-from tests.fixtures.final_ledger import FinalLedger
+from tests.fixtures.final_ledger import FinalLedger, feed_stream
 from tests.fixtures.runs import NOW, T0
 
 CFG = CoreConfig(processing_grace=False, channel_stuck_s=300, tombstone_retention_s=30 * 86400)
@@ -259,36 +259,16 @@ def deliver(
     values: Sequence[bytes], partitions: int, sizes: Sequence[int], restarts: Sequence[int]
 ) -> tuple[FinalLedger, list[InRecord]]:
     """Feed as a worker would (keyed partitions, batches, restarts from saved state)."""
-    ledger, fed, state = FinalLedger(), [], {}
-    offsets = [0] * partitions
-    cuts = [*sorted({c for c in restarts if 0 < c < len(values)}), len(values)]
-    pos = i = 0
-    for cut in cuts:
-        intake = Intake(CFG)
-        for p in range(partitions):
-            intake.load(p, [(k, v) for k, v in state.items() if k.split("\x1f")[1] == str(p)])
-        while pos < cut:
-            chunk = values[pos : min(cut, pos + sizes[i % len(sizes)])]
-            pos, i = pos + len(chunk), i + 1
-            batches: dict[int, list[InRecord]] = {}
-            for value in chunk:
-                p = _key(value, partitions)
-                batches.setdefault(p, []).append(InRecord(value, SOURCE, p, offsets[p]))
-                fed.append(batches[p][-1])
-                offsets[p] += 1
-            _keep(state, store_isolating(intake, batches, NOW, ledger.add).state_writes)
-        final = intake.finalize(NOW)
-        ledger.add(final)
-        _keep(state, final.state_writes)
-    return ledger, fed
-
-
-def _keep(state: dict[str, bytes], writes: dict[str, bytes | None]) -> None:
-    for key, value in writes.items():
-        if value is None:
-            state.pop(key, None)
-        else:
-            state[key] = value
+    return feed_stream(
+        values,
+        config=CFG,
+        source=SOURCE,
+        partition_of=_key,
+        now=NOW,
+        partitions=partitions,
+        batch_sizes=sizes,
+        invocations=restarts,
+    )
 
 
 def _channel_view(ledger: FinalLedger) -> dict[str, Any]:

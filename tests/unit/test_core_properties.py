@@ -19,8 +19,8 @@ import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from prism.pipeline.core import CoreConfig, InRecord, Intake, store_isolating
-from tests.fixtures.final_ledger import FinalLedger
+from prism.pipeline.core import CoreConfig, InRecord
+from tests.fixtures.final_ledger import FinalLedger, feed_stream
 from tests.fixtures.hostile import Fleet, fleets, hostile_values
 from tests.fixtures.runs import NOW
 
@@ -50,48 +50,17 @@ def deliver(
     batch_sizes: Sequence[int] = (10**6,),
     invocations: Sequence[int] = (),
 ) -> tuple[FinalLedger, list[InRecord]]:
-    """Feed ``values`` as a pipeline would; return the final ledger and the records fed.
-
-    ``batch_sizes`` cycle over the stream; ``invocations`` are stream positions where the
-    process ends (finalize, state saved) and a new one starts from the saved state.
-    """
-    ledger = FinalLedger()
-    offsets = [0] * partitions
-    fed: list[InRecord] = []
-    state: dict[str, bytes] = {}
-    cuts = [*sorted({c for c in invocations if 0 < c < len(values)}), len(values)]
-    pos, size_i = 0, 0
-    for cut in cuts:
-        intake = Intake(CFG)
-        for p in range(partitions):
-            proc = intake.processor(p)
-            proc.load((k, v) for k, v in state.items() if proc.owns_key(k))
-        while pos < cut:
-            size = batch_sizes[size_i % len(batch_sizes)]
-            size_i += 1
-            chunk = values[pos : min(cut, pos + size)]
-            pos += len(chunk)
-            batches: dict[int, list[InRecord]] = {}
-            for value in chunk:
-                p = _partition(value, partitions)
-                rec = InRecord(value, SOURCE, p, offsets[p])
-                offsets[p] += 1
-                batches.setdefault(p, []).append(rec)
-                fed.append(rec)
-            out = store_isolating(intake, batches, NOW, ledger.add)
-            _keep(state, out.state_writes)
-        final = intake.finalize(NOW)
-        ledger.add(final)
-        _keep(state, final.state_writes)
-    return ledger, fed
-
-
-def _keep(state: dict[str, bytes], writes: dict[str, bytes | None]) -> None:
-    for key, value in writes.items():
-        if value is None:
-            state.pop(key, None)
-        else:
-            state[key] = value
+    """Feed ``values`` as a pipeline would (``feed_stream``, records keyed by run)."""
+    return feed_stream(
+        values,
+        config=CFG,
+        source=SOURCE,
+        partition_of=_partition,
+        now=NOW,
+        partitions=partitions,
+        batch_sizes=batch_sizes,
+        invocations=invocations,
+    )
 
 
 def _meaning(ledger: FinalLedger) -> dict[str, object]:
