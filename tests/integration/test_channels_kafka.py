@@ -144,7 +144,7 @@ def test_channel_fleet_through_kafka_and_ingest_file_equals_the_manifest(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fault", ["kill_after_insert:4"])
+@pytest.mark.parametrize("fault", ["kill_after_insert:2"])
 def test_a_worker_killed_mid_stream_with_channel_traffic_loses_and_doubles_nothing(
     lab: FaultLab, fleet, tmp_path: Path, fault: str
 ) -> None:
