@@ -1,7 +1,8 @@
 """The faust-streaming worker: Kafka batches -> the shared intake step -> ledger, then topics.
 
-Per batch of the input topic (``stream.take_events``), under one lock shared with the
-timer and the alerter, these steps run in order, each with its guarantee:
+The input topics' records reach the worker a fetch at a time through the bulk intake
+(``_bulk``), not through faust's per-message stream path. Per batch, under one lock
+shared with the timer and the alerter, these steps run in order, each with its guarantee:
 
 1. **Read back** offsets the consumer skipped (``_offsets``): the batch is gap-free.
 2. **Step and store** (``core.store_isolating`` in a thread): parse, dead-letter, run
@@ -12,9 +13,9 @@ timer and the alerter, these steps run in order, each with its guarantee:
 3. **Produce** quarantine / runs-closed / alert / DLQ / limit-death records and wait for
    the broker: the records are durable.
 4. **Write state**: each touched run once, under its partition's event (changelogged).
-5. **Return**: faust acknowledges the batch and commits its offsets later. A crash before
-   this re-delivers the batch; the core's dedup, the insert tokens and the versioned
-   tables make that change no count.
+5. **Acknowledge** the batch's offsets (``_faust.acknowledge``); faust's committer commits
+   them later. A crash before this re-delivers the batch; the core's dedup, the insert
+   tokens and the versioned tables make that change no count.
 
 Limit deaths (and each partition's watermark) go through the single-partition
 ``<prefix>.limit-deaths`` topic, so one alerter sees every tenant's deaths.
@@ -52,20 +53,23 @@ from ..core import (
     watermark_record,
 )
 from ..settings import Settings
+from ._bulk import BulkIntake, Chunk
 from ._faust import (
+    SourceEvent,
+    acknowledge,
     committed_offset,
     die,
     event_context,
-    handled_elsewhere,
-    header,
     highwater,
     in_record,
     lag,
     make_app,
+    note_inbound,
     raw_table,
     raw_topic,
     send,
 )
+from ._gc import GcPolicy
 from ._lanes import lane_of, source_of
 from ._offsets import ReadBack
 from ._telemetry import WorkerTelemetry
@@ -120,11 +124,21 @@ class PipelineWorker:
         self._loaded: set[int] = set()
         self._revoked: set[int] = set()
         self._lock = asyncio.Lock()
+        self.gc = GcPolicy()
         self.telemetry = WorkerTelemetry(settings.state_dir / "worker-stats.json")
         atexit.register(self.telemetry.write_stats, force=True)
         self._last_log = 0.0
         self._progress_at = 0.0
         self._worker_id = f"{socket.gethostname()}:{os.getpid()}"
+        self.bulk = BulkIntake(
+            self.app,
+            (self.topics.input, self.topics.channel_operations),
+            max_pending=max(20_000, 4 * settings.batch_max_events),
+        )
+        self.bulk.install()
+        self.app.task(self._bulk_agent)
+        # The agent subscribes the input topics (and co-partitions the tables with them);
+        # their records come through the bulk intake, so it sees none once that is installed.
         # take_events is on the concrete Stream, not on the StreamT protocol faust types with
         self.app.agent(self.input, name="prism-events")(cast(Any, self._events_agent))
         self.app.agent(self.deaths, name="prism-limit-deaths")(cast(Any, self._deaths_agent))
@@ -133,34 +147,69 @@ class PipelineWorker:
         self.app.on_before_shutdown.connect(cast(Any, self._on_shutdown))
 
     # -- the input topic ----------------------------------------------------------------
+    async def _bulk_agent(self) -> None:
+        while True:
+            chunks = await self.bulk.take(self.settings.batch_max_events)
+            await self.handle_chunks(chunks)
+
+    async def handle_chunks(self, chunks: Sequence[Chunk]) -> None:
+        """One batch of the bulk intake: chunks of one consumer generation."""
+        batches: dict[int, list[InRecord]] = defaultdict(list)
+        lasts: dict[int, Any] = {}
+        for chunk in chunks:
+            lane = lane_of(self.topics, chunk.topic, chunk.partition)
+            assert lane is not None, chunk.topic
+            batches[lane] += map(in_record, chunk.records)
+            lasts[lane] = SourceEvent(chunk.topic, chunk.partition, chunk.records[-1].offset)
+            note_inbound(self.app, self._tp(lane), highwater(self.app, self._tp(lane)))
+        await self._guarded(batches, lasts, chunks[0].generation)
+
     async def _events_agent(self, stream: faust.Stream) -> None:
+        """Records faust delivers itself (none once the bulk intake is installed)."""
         s = self.settings
         async for events in stream.take_events(s.batch_max_events, s.batch_max_seconds):
-            try:
-                await self.handle_batch(events)
-            except LedgerUnavailable:
-                if not self._stopping:
-                    raise
-                return  # stopping while the ledger is down: nothing acknowledged
-            except Exception:  # not cancellation: faust stops agents by cancelling them
-                die("an unexpected error in the worker's batch step", log)
+            await self.handle_batch(events)
 
     async def handle_batch(self, events: Sequence[Any]) -> None:
-        self.telemetry.consumed(len(events))
-        traceparents = [header(e.message.headers, "traceparent") for e in events]
-        with self.telemetry.batch_span(len(events), traceparents):
-            async with self._lock:
-                await self._handle_batch(events)
-
-    async def _handle_batch(self, events: Sequence[Any]) -> None:
-        self._forget_revoked()
+        """One batch of faust events (``stream.take_events``)."""
         batches: dict[int, list[InRecord]] = defaultdict(list)
-        read_back: dict[int, list[tuple[int, int]]] = {}
+        lasts: dict[int, Any] = {}
         for ev in events:
             lane = lane_of(self.topics, ev.message.topic, ev.message.partition)
             assert lane is not None, ev.message.topic
             batches[lane].append(in_record(ev.message))
-            self.last_event[lane] = ev
+            lasts[lane] = ev
+        await self._guarded(batches, lasts, None)
+
+    async def _guarded(
+        self, batches: dict[int, list[InRecord]], lasts: dict[int, Any], generation: int | None
+    ) -> None:
+        """``_handle_batch`` under the lock; an unexpected error stops the process."""
+        size = sum(map(len, batches.values()))
+        self.telemetry.consumed(size)
+        traceparents = [r.traceparent for recs in batches.values() for r in recs]
+        try:
+            with self.telemetry.batch_span(size, traceparents):
+                async with self._lock:
+                    if generation is not None and generation != self.app.consumer_generation_id:
+                        # a rebalance since the fetch: these may belong to another worker now
+                        self.stats["records_dropped_rebalance"] += size
+                        return
+                    with self.gc.batch():
+                        await self._handle_batch(batches, lasts)
+        except LedgerUnavailable:
+            if not self._stopping:
+                raise
+            return  # stopping while the ledger is down: nothing acknowledged
+        except Exception:  # not cancellation: faust stops agents by cancelling them
+            die("an unexpected error in the worker's batch step", log)
+
+    async def _handle_batch(
+        self, batches: dict[int, list[InRecord]], lasts: dict[int, Any]
+    ) -> None:
+        self._forget_revoked()
+        self.last_event.update(lasts)
+        read_back: dict[int, list[tuple[int, int]]] = {}
         self._restore_assigned()
         for partition in sorted(batches):
             self._restore(partition)
@@ -172,16 +221,17 @@ class PipelineWorker:
             self.intake.clock.behind(partition, behind > 0)
             self.telemetry.lag[partition] = behind
         ordered = {p: batches[p] for p in sorted(batches)}
-        with self.telemetry.insert_span(len(events)):
+        size = sum(map(len, ordered.values()))
+        with self.telemetry.insert_span(size):
             out = await asyncio.to_thread(
                 store_isolating, self.intake, ordered, self.clock(), self.store
             )
         self.telemetry.acknowledged(out.event_ts)
         await self._publish(out, ordered)
         self._write_state(out.state_writes)
-        for partition, ranges in read_back.items():  # in the ledger now: commit past them
-            if ranges and partition not in self._revoked:
-                await handled_elsewhere(self.app, self._tp(partition), ranges)
+        for partition, recs in ordered.items():  # in the ledger: faust may commit them
+            if partition not in self._revoked:
+                acknowledge(self.app, self._tp(partition), recs[0].offset, recs[-1].offset)
         await self._after(out)
 
     async def _without_gaps(
@@ -281,6 +331,7 @@ class PipelineWorker:
     async def _tick(self) -> None:
         """Grace periods of partitions that went quiet, staleness on the shared watermark."""
         async with self._lock:
+            self.gc.maybe_collect()
             self._forget_revoked()
             lanes = set(self.intake.processors) | set(self.intake.channels)
             live = [p for p in sorted(lanes) if p in self.last_event]
@@ -400,6 +451,7 @@ class PipelineWorker:
         # back is restored from it).
         lanes = (lane_of(self.topics, tp.topic, tp.partition) for tp in revoked)
         self._revoked.update(lane for lane in lanes if lane is not None)
+        self.bulk.forget((tp.topic, tp.partition) for tp in revoked)
 
     def _forget_revoked(self) -> None:
         """Called under the lock: drop what rebalances took away since the last step."""

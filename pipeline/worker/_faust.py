@@ -6,16 +6,18 @@ Everything here that touches faust internals is named and kept in one place, pin
 - ``event_context`` sets faust's private ``_current_event`` (table writes take their
   changelog partition from it, and batches lose it);
 - ``committed_offset`` reads the consumer's record of the partition's committed offset;
-- ``handled_elsewhere`` tells the consumer that offsets it never delivered were processed
-  (read back by the worker), with the consumer's own gap bookkeeping. Without it the
-  consumer never commits past a range it skipped: its commit offset stops at the first
-  offset it did not see acknowledged, and the group's lag never drains.
+- ``acknowledge`` marks offsets processed once the ledger has them, as faust's stream
+  does per message: records of the bulk intake (``_bulk``) and offsets the worker read back
+  itself. Without it the consumer never commits past them: its commit offset stops at the
+  first offset it did not see acknowledged, and the group's lag never drains;
+- ``note_inbound`` tells faust's monitor a partition is processed (its slow-stream checks).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import time
 import weakref
 from collections.abc import Awaitable, Iterator
 from contextlib import contextmanager
@@ -23,20 +25,23 @@ from typing import Any
 
 import faust
 from faust.streams import _current_event
+from faust.types.tuples import ack_lock
 
 from ..core import InRecord, OutRecord
 from ..settings import Settings
 
 __all__ = [
+    "SourceEvent",
+    "acknowledge",
     "committed_offset",
     "die",
     "event_context",
-    "handled_elsewhere",
     "header",
     "highwater",
     "in_record",
     "lag",
     "make_app",
+    "note_inbound",
     "raw_table",
     "raw_topic",
     "send",
@@ -71,22 +76,54 @@ def event_context(event: Any) -> Iterator[None]:
         _current_event.reset(token)
 
 
+class SourceEvent:
+    """Stands in for faust's current event where only its message's place is read (table
+    writes take their changelog partition from it): a record of the bulk intake."""
+
+    __slots__ = ("__weakref__", "message")
+
+    def __init__(self, topic: str, partition: int, offset: int) -> None:
+        self.message = _Place(topic, partition, offset)
+
+
+class _Place:
+    __slots__ = ("offset", "partition", "topic")
+
+    def __init__(self, topic: str, partition: int, offset: int) -> None:
+        self.topic, self.partition, self.offset = topic, partition, offset
+
+
+def acknowledge(app: faust.App, tp: Any, first: int, last: int) -> int:
+    """Mark offsets ``first..last`` of ``tp`` processed, as faust's ``Consumer.ack`` does
+    per message; its committer commits them with its next commit. Returns how many were new.
+
+    Call only once their records are in the ledger.
+    """
+    consumer: Any = app.consumer
+    with ack_lock:
+        committed = consumer._committed_offset[tp]
+        index = consumer._acked_index[tp]
+        start = first if committed is None else max(first, committed)
+        new = [o for o in range(start, last + 1) if o not in index]
+        index.update(new)
+        consumer._acked[tp].extend(new)
+        consumer._n_acked += len(new)
+    return len(new)
+
+
+def note_inbound(app: faust.App, tp: Any, end_offset: int | None) -> None:
+    """Tell faust's monitor that ``tp`` is being processed (its slow-stream checks read it)."""
+    monitor: Any = app.monitor
+    monitor.stream_inbound_time[tp] = time.monotonic()
+    if end_offset is not None:
+        monitor.track_tp_end_offset(tp, end_offset)
+
+
 def committed_offset(app: faust.App, tp: Any) -> int | None:
     """The next offset the group has committed for ``tp``, as the consumer last saw it."""
     consumer: Any = app.consumer  # the concrete Consumer; ConsumerT does not declare these
     offset = consumer._committed_offset.get(tp)
     return None if offset is None else int(offset)
-
-
-async def handled_elsewhere(app: faust.App, tp: Any, ranges: list[tuple[int, int]]) -> None:
-    """Let the consumer commit past half-open offset ``ranges`` the worker read back itself.
-
-    Call only once the records of ``ranges`` are in the ledger: the consumer may then
-    commit through them as soon as a later offset of ``tp`` is acknowledged.
-    """
-    consumer: Any = app.consumer
-    for start, end in ranges:
-        await consumer._add_gap(tp, start, end - 1)
 
 
 def die(what: str, log: logging.Logger) -> None:

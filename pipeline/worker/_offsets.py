@@ -9,7 +9,7 @@ The worker keeps, per partition, the next offset it has processed (persisted wit
 partition's run state); ``ReadBack.fill`` computes the ranges a batch is missing
 (``missing_ranges``) and reads them back from Kafka before the batch is processed, so
 they are in the ledger before the batch is acknowledged. The worker then tells faust the
-ranges were handled (``_faust.handled_elsewhere``), or its commits would stop before them.
+offsets were processed (``_faust.acknowledge``), or its commits would stop before them.
 """
 
 from __future__ import annotations

@@ -1,13 +1,15 @@
 """The faust internals the worker relies on behave as ``worker/_faust.py`` says.
 
 faust-streaming is pinned; these tests fail first if an upgrade changes what the worker
-touches: the consumer's commit bookkeeping (``_acked``, ``_gap``, ``_committed_offset``,
-``_add_gap``, ``_new_offset``) and the current-event context variable.
+touches: the consumer's commit bookkeeping (``_acked``, ``_acked_index``, ``_n_acked``,
+``_committed_offset``, ``_new_offset``), the fetch step the bulk intake wraps
+(``_wait_next_records``, called by ``getmany`` for every fetch) and the current-event
+context variable.
 """
 
 from __future__ import annotations
 
-import asyncio
+import inspect
 from types import SimpleNamespace
 from typing import Any
 
@@ -15,7 +17,7 @@ import faust
 from faust.transport.consumer import Consumer
 from faust.types import TP
 
-from prism.pipeline.worker._faust import committed_offset, handled_elsewhere
+from prism.pipeline.worker._faust import acknowledge, committed_offset
 
 TOPIC_TP = TP("t.prism.agent-events", 3)
 
@@ -31,37 +33,48 @@ def _consumer(committed: int | None) -> Any:
         _acked_index=defaultdict(set),
         _gap=defaultdict(IntervalTree),
         _committed_offset=defaultdict(lambda: None),
+        _n_acked=0,
     )
     ns._committed_offset[TOPIC_TP] = committed
-    ns._add_gap = lambda tp, a, b: Consumer._add_gap(ns, tp, a, b)  # type: ignore[arg-type]
     return ns
 
 
-def _ack(consumer: Any, offsets: range) -> None:
-    consumer._acked[TOPIC_TP].extend(offsets)
-    consumer._acked_index[TOPIC_TP].update(offsets)
-
-
-def test_a_skipped_range_blocks_the_commit_until_it_is_marked_handled() -> None:
-    # Committed 509; the consumer skipped 509..535 and delivered 536..600, acknowledged.
+def test_acknowledged_offsets_are_what_faust_commits() -> None:
     consumer = _consumer(509)
-    _ack(consumer, range(536, 601))
-    assert Consumer._new_offset(consumer, TOPIC_TP) is None  # faust never commits past it
-
     app = SimpleNamespace(consumer=consumer)
-    asyncio.run(handled_elsewhere(app, TOPIC_TP, [(509, 536)]))  # type: ignore[arg-type]
+    assert acknowledge(app, TOPIC_TP, 509, 600) == 92  # type: ignore[arg-type]
+    assert consumer._n_acked == 92  # faust's commit-every counter sees them
     assert Consumer._new_offset(consumer, TOPIC_TP) == 601
 
 
-def test_marking_handled_never_commits_beyond_what_was_acknowledged() -> None:
-    # The read-back range is registered before any later offset is acknowledged: nothing
-    # becomes committable until the batch above it is acknowledged.
+def test_faust_never_commits_past_offsets_not_acknowledged() -> None:
+    # Committed 509; 536..600 acknowledged, 509..535 not (read back, not yet in the ledger).
+    consumer = _consumer(509)
+    app = SimpleNamespace(consumer=consumer)
+    acknowledge(app, TOPIC_TP, 536, 600)  # type: ignore[arg-type]
+    assert Consumer._new_offset(consumer, TOPIC_TP) is None
+    acknowledge(app, TOPIC_TP, 509, 535)  # type: ignore[arg-type]
+    assert Consumer._new_offset(consumer, TOPIC_TP) == 601
+
+
+def test_acknowledging_again_or_below_the_commit_adds_nothing() -> None:
     consumer = _consumer(100)
     app = SimpleNamespace(consumer=consumer)
-    asyncio.run(handled_elsewhere(app, TOPIC_TP, [(100, 120)]))  # type: ignore[arg-type]
-    assert Consumer._new_offset(consumer, TOPIC_TP) is None
-    _ack(consumer, range(120, 130))
+    assert acknowledge(app, TOPIC_TP, 90, 119) == 20  # type: ignore[arg-type]
+    assert acknowledge(app, TOPIC_TP, 110, 129) == 10  # type: ignore[arg-type]
+    assert sorted(consumer._acked[TOPIC_TP]) == list(range(100, 130))
     assert Consumer._new_offset(consumer, TOPIC_TP) == 130
+
+
+def test_every_fetch_goes_through_wait_next_records() -> None:
+    # The bulk intake wraps this one call; getmany (the drain loop's only source) must
+    # still fetch through it, on the instance, and yield only what it returned.
+    getmany = inspect.getsource(Consumer.getmany)
+    assert "await self._wait_next_records(timeout)" in getmany
+    assert "self.scheduler.iterate(records)" in getmany
+    assert "getmany = self.getmany" in inspect.getsource(Consumer._drain_messages)
+    assert "flow_active" in inspect.getsource(Consumer._reset_state)
+    assert "suspend_flow" in inspect.getsource(Consumer.stop_flow)
 
 
 def test_committed_offset_reads_the_consumers_record() -> None:
