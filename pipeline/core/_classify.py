@@ -136,9 +136,13 @@ def _meta(
 ) -> dict[str, Any]:
     """Envelope values: each from the lowest-seq accepted event carrying it; tenant = owner."""
     meta: dict[str, Any] = {}
+    seen = meta.keys()
     for _, eid in accepted:
-        for name, value in facts[eid]["e"].items():
-            meta.setdefault(name, value)
+        e = facts[eid]["e"]
+        if e.keys() <= seen:  # the common case: nothing this run has not shown yet
+            continue
+        for name in e.keys() - seen:
+            meta[name] = e[name]
         if len(meta) == len(ENVELOPE_FIELDS):
             break
     meta.pop("tenant_id", None)

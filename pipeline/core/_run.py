@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
@@ -56,7 +56,8 @@ def to_us(ts: datetime) -> int:
 
 
 def from_us(us: int) -> datetime:
-    return datetime.fromtimestamp(us // 1_000_000, tz=UTC).replace(microsecond=us % 1_000_000)
+    """Integer microseconds since the epoch -> aware UTC datetime (exact; ``to_us``'s inverse)."""
+    return _EPOCH + timedelta(microseconds=us)
 
 
 def id_hash(event_id: str) -> int:
