@@ -1,8 +1,9 @@
 """``python -m bench``: run the benchmarks, print one table and the targets, write the JSON.
 
 Order: the pipeline parts (``baseline``, ``worker``, ``freshness``; one broker, one fleet),
-then ``publisher`` (its own broker), ``parse``, ``ledger`` and ``scaleout`` (its own broker;
-1, 2 and 3 worker processes in one group). A benchmark that fails is
+then ``stages`` (the worker's store step per stage, in-process), ``publisher`` (its own
+broker), ``parse``, ``ledger`` and ``scaleout`` (its own broker; 1, 2 and 3 worker
+processes in one group). A benchmark that fails is
 reported and the rest still run; the exit code is then 1. Targets are reported, never
 asserted: each shows the measured value and "met", "not met" or "not measured".
 """
@@ -36,7 +37,7 @@ __all__ = [
 ]
 
 PIPELINE_PARTS = ("baseline", "worker", "freshness")
-MODULE_BENCHES = ("publisher", "parse", "ledger", "scaleout")
+MODULE_BENCHES = ("stages", "publisher", "parse", "ledger", "scaleout")
 NAMES = (*PIPELINE_PARTS, *MODULE_BENCHES)
 ALIASES = {"pipeline": PIPELINE_PARTS, "all": NAMES}
 RESULTS_DIR = Path(__file__).resolve().parent.parent / ".bench"
@@ -63,7 +64,15 @@ class Target:
 TARGETS = (
     Target("worker >= 50% of the bare baseline", "pipeline", "worker_vs_baseline", ">=", 50, "%"),
     Target(
-        "worker >= 20,000 events/s per process",
+        "worker >= 10,000 events/s per process",
+        "pipeline",
+        "worker_events_per_s",
+        ">=",
+        10_000,
+        "events/s",
+    ),
+    Target(
+        "worker >= 20,000 events/s per process (goal)",
         "pipeline",
         "worker_events_per_s",
         ">=",

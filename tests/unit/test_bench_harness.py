@@ -18,7 +18,8 @@ def _row(bench: str, metric: str, value: float, unit: str) -> dict[str, object]:
 def test_defaults_run_every_benchmark_in_order() -> None:
     args = harness.parse_args([])
     assert args.only == [
-        "baseline", "worker", "freshness", "publisher", "parse", "ledger", "scaleout",
+        "baseline", "worker", "freshness", "stages", "publisher", "parse", "ledger",
+        "scaleout",
     ]  # fmt: skip
     assert (args.quick, args.events, args.rate, args.json) == (False, None, 5000.0, None)
     assert args.state_store == "rocksdb"

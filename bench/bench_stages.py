@@ -1,0 +1,164 @@
+"""Stage benchmark: where the worker's time per event goes, without Kafka in the way.
+
+The same simulated fleet as the pipeline benchmark (seed 20261130, no chaos; 100k events,
+quick 30k) keyed over 4 partitions goes through the worker's store step in batches of
+5,000 events as the worker takes them: ``Intake.step`` per partition, then
+``LedgerStore`` -> ``LedgerWriter`` -> chDB, then ``Intake.commit``, with the worker's GC
+policy (``GcPolicy.batch``). Each stage is timed where it runs:
+
+- ``parse``: the intake's parse of the batch's values (``schemas.parse_batch``);
+- ``core``: the rest of ``Intake.step`` (run semantics, rows, state, outputs);
+- ``columns``: the writer's cut (rows to columns, the dedup hash of each table's chunk);
+- ``insert.<table>``: each ClickHouse INSERT until acknowledged (insert hook);
+- ``gc``: collector pauses anywhere in the loop (``gc.callbacks``), also counted in the
+  stage they interrupt.
+
+Figures are microseconds per event, from the total over the whole fleet; ``stages_events_per_s``
+is the loop's rate and ``stages_peak_rss`` the child's peak RSS. chDB hosts one engine
+per process, so ``run()`` works in a child process.
+Run: ``.venv/bin/python -m bench.bench_stages [--quick]``.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter, defaultdict
+from typing import Any
+
+BENCH = "stages"
+SEED = 20261130
+EVENTS_PER_RUN = 14
+PARTITIONS = 4
+BATCH = 5000
+
+
+def run(quick: bool = False) -> list[dict[str, Any]]:
+    """Run the benchmark in a child process (its own chDB engine) and return its rows."""
+    cmd = [sys.executable, "-m", "bench.bench_stages", "--child"] + (["--quick"] if quick else [])
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"bench_stages child failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _row(metric: str, value: float, unit: str) -> dict[str, Any]:
+    return {"bench": BENCH, "metric": metric, "value": round(value, 3), "unit": unit}
+
+
+class _Timers:
+    """Seconds per stage, and the GC pauses seen through ``gc.callbacks``."""
+
+    def __init__(self) -> None:
+        self.seconds: Counter[str] = Counter()
+        self._gc_started = 0.0
+
+    def gc_callback(self, phase: str, _info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._gc_started = time.perf_counter()
+        else:
+            self.seconds["gc"] += time.perf_counter() - self._gc_started
+
+    def timed(self, stage: str, fn: Any) -> Any:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            t = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.seconds[stage] += time.perf_counter() - t
+
+        return wrapper
+
+
+def _fleet(events: int) -> dict[int, list[Any]]:
+    """The simulated fleet as the worker's input records, keyed over the partitions."""
+    from prism.pipeline.core import InRecord
+    from prism.runtime.simulator import FleetConfig, simulate
+
+    fleet = simulate(FleetConfig(runs=max(1, events // EVENTS_PER_RUN), seed=SEED))
+    parts: dict[int, list[Any]] = defaultdict(list)
+    for rec in fleet.records:
+        p = (sum(rec.key) if rec.key else 0) % PARTITIONS
+        parts[p].append(InRecord(rec.value, "bench.agent-events", p, len(parts[p]), rec.key, None))
+    return parts
+
+
+def _child(quick: bool) -> list[dict[str, Any]]:
+    from prism import sinks
+    from prism.pipeline._store import LedgerStore, open_ledger
+    from prism.pipeline.core import Intake, Output
+    from prism.pipeline.settings import Settings
+    from prism.pipeline.worker._gc import GcPolicy
+
+    parts = _fleet(30_000 if quick else 100_000)
+    total = sum(map(len, parts.values()))
+    timers = _Timers()
+    with tempfile.TemporaryDirectory(prefix="prism-bench-stages-") as tmp:
+        settings = Settings(clickhouse_dsn=f"chdb://{tmp}/ledger")
+        client = open_ledger(settings)
+
+        def hook(table: str, insert: Any) -> object:
+            return timers.timed(f"insert.{table}", insert)()
+
+        writer = sinks.LedgerWriter(client, settings.clickhouse_database, insert_hook=hook)
+        writer._cut = timers.timed("columns", writer._cut)  # type: ignore[method-assign]
+        store = LedgerStore(writer)
+        intake = Intake(settings.core_config(), max_event_bytes=settings.max_event_bytes)
+        intake._parse = timers.timed("parse", intake._parse)  # type: ignore[method-assign]
+        policy = GcPolicy()
+        per = BATCH // PARTITIONS
+        gc.collect()
+        gc.freeze()
+        gc.callbacks.append(timers.gc_callback)
+        started = time.perf_counter()
+        try:
+            for i in range(0, max(map(len, parts.values())), per):
+                batch = {p: recs[i : i + per] for p, recs in parts.items() if recs[i : i + per]}
+                now = time.time()
+                out = Output()
+                with policy.batch():
+                    t = time.perf_counter()
+                    for p, recs in batch.items():
+                        out.extend(intake.step(p, recs, now))
+                    timers.seconds["step"] += time.perf_counter() - t
+                    store(out)
+                    for p in batch:
+                        intake.commit(p)
+                policy.maybe_collect()
+        finally:
+            gc.callbacks.remove(timers.gc_callback)
+        elapsed = time.perf_counter() - started
+        client.close()
+    sec = timers.seconds
+    sec["core"] = sec.pop("step") - sec["parse"]
+    rows = [_row("stages_events", total, "events")]
+    rows += [_row("stages_events_per_s", total / elapsed, "events/s")]
+    for stage in ("parse", "core", "columns"):
+        rows.append(_row(f"stage_{stage}", sec[stage] / total * 1e6, "us/event"))
+    inserts = sorted(k for k in sec if k.startswith("insert."))
+    for key in inserts:
+        rows.append(_row(f"stage_{key}", sec[key] / total * 1e6, "us/event"))
+    rows.append(_row("stage_insert_total", sum(sec[k] for k in inserts) / total * 1e6, "us/event"))
+    rows.append(_row("stage_gc", sec["gc"] / total * 1e6, "us/event"))
+    rows.append(_row("stage_total", elapsed / total * 1e6, "us/event"))
+    peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    rows.append(_row("stages_peak_rss", peak_kib / 1024, "MiB"))
+    return rows
+
+
+def main(argv: list[str]) -> None:
+    quick = "--quick" in argv
+    if "--child" in argv:
+        print(json.dumps(_child(quick)))
+        return
+    for row in run(quick):
+        print(f"{row['bench']:8} {row['metric']:34} {row['value']:>14,.3f} {row['unit']}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
