@@ -17,6 +17,13 @@ shared with the timer and the alerter, these steps run in order, each with its g
    them later. A crash before this re-delivers the batch; the core's dedup, the insert
    tokens and the versioned tables make that change no count.
 
+Steps 3-5 of batch N (``_Stored``: its outputs, state bytes and the watermark as they
+were when N was stored) run while step 2 of batch N+1 runs in its thread: they touch
+neither the core nor the ledger writer. They always finish before batch N+1's, before a
+timer tick and when no batch is waiting, so records, state writes and acknowledgements
+keep the batches' order, and no state or watermark of a batch not yet in the ledger is
+ever written.
+
 Limit deaths (and each partition's watermark) go through the single-partition
 ``<prefix>.limit-deaths`` topic, so one alerter sees every tenant's deaths.
 """
@@ -31,6 +38,7 @@ import socket
 import time
 from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -45,6 +53,7 @@ from ..core import (
     InRecord,
     Intake,
     Output,
+    OutRecord,
     PermanentStoreError,
     alert_record,
     death_record,
@@ -67,11 +76,11 @@ from ._faust import (
     note_inbound,
     raw_table,
     raw_topic,
-    send,
 )
 from ._gc import GcPolicy
 from ._lanes import lane_of, source_of
 from ._offsets import ReadBack
+from ._produce import ProducedRecord, RecordProducer
 from ._telemetry import WorkerTelemetry
 
 __all__ = ["AlertSink", "PipelineWorker"]
@@ -80,6 +89,19 @@ log = logging.getLogger("prism.worker")
 
 AlertSink = Callable[[list[AlertRow]], Awaitable[None]]
 _ALERTER_KEY = b"alerter"
+
+
+@dataclass(frozen=True, slots=True)
+class _Stored:
+    """A batch in the ledger whose records, state and acknowledgement are still to come."""
+
+    out: Output
+    offsets: dict[int, tuple[int, int]]  # lane -> first and last offset of the batch
+    watermark_us: int  # the pipeline watermark right after the batch was stepped
+
+
+def _record(topic: str, rec: OutRecord, partition: int | None = None) -> ProducedRecord:
+    return ProducedRecord(topic, rec.key, rec.value, partition, tuple(rec.headers))
 
 
 class PipelineWorker:
@@ -108,6 +130,11 @@ class PipelineWorker:
         )
         self.deaths = raw_topic(self.app, self.topics.limit_deaths, 1)
         self.state = raw_table(self.app, "run-state", settings.partitions)
+        self._changelog = self.state.changelog_topic.get_topic_name()
+        self.producer = RecordProducer(
+            settings.aiokafka_kwargs(),
+            max_request_size=max(1_048_576, settings.max_event_bytes * 2),
+        )
         self.alert_state = raw_table(self.app, "alert-state", 1)
         self.intake = Intake(settings.core_config(), max_event_bytes=settings.max_event_bytes)
         self.stats: Counter[str] = Counter()
@@ -125,6 +152,7 @@ class PipelineWorker:
         self._revoked: set[int] = set()
         self._lock = asyncio.Lock()
         self.gc = GcPolicy()
+        self._stored: _Stored | None = None  # stored in the ledger, steps 3-5 to come
         self.telemetry = WorkerTelemetry(settings.state_dir / "worker-stats.json")
         atexit.register(self.telemetry.write_stats, force=True)
         self._last_log = 0.0
@@ -142,15 +170,23 @@ class PipelineWorker:
         # take_events is on the concrete Stream, not on the StreamT protocol faust types with
         self.app.agent(self.input, name="prism-events")(cast(Any, self._events_agent))
         self.app.agent(self.deaths, name="prism-limit-deaths")(cast(Any, self._deaths_agent))
-        self.app.timer(interval=max(1.0, settings.batch_max_seconds))(self._tick)
+        self._tick_interval = max(1.0, settings.batch_max_seconds)
+        self.app.timer(interval=self._tick_interval)(self._tick)
         self.app.on_partitions_revoked.connect(cast(Any, self._on_revoked))
         self.app.on_before_shutdown.connect(cast(Any, self._on_shutdown))
 
     # -- the input topic ----------------------------------------------------------------
     async def _bulk_agent(self) -> None:
-        while True:
+        while not self._stopping:
+            if self._stored is not None and not self.bulk.pending:
+                try:
+                    async with self._lock:  # nothing waiting: finish the stored batch now
+                        await self._finish_stored()
+                except Exception:  # not cancellation: faust stops tasks by cancelling them
+                    die("an unexpected error finishing a stored batch", log)
             chunks = await self.bulk.take(self.settings.batch_max_events)
-            await self.handle_chunks(chunks)
+            if not self._stopping:
+                await self.handle_chunks(chunks)
 
     async def handle_chunks(self, chunks: Sequence[Chunk]) -> None:
         """One batch of the bulk intake: chunks of one consumer generation."""
@@ -162,7 +198,7 @@ class PipelineWorker:
             batches[lane] += map(in_record, chunk.records)
             lasts[lane] = SourceEvent(chunk.topic, chunk.partition, chunk.records[-1].offset)
             note_inbound(self.app, self._tp(lane), highwater(self.app, self._tp(lane)))
-        await self._guarded(batches, lasts, chunks[0].generation)
+        await self._guarded(batches, lasts, chunks[0].generation, defer=True)
 
     async def _events_agent(self, stream: faust.Stream) -> None:
         """Records faust delivers itself (none once the bulk intake is installed)."""
@@ -179,24 +215,36 @@ class PipelineWorker:
             assert lane is not None, ev.message.topic
             batches[lane].append(in_record(ev.message))
             lasts[lane] = ev
-        await self._guarded(batches, lasts, None)
+        await self._guarded(batches, lasts, None, defer=False)  # faust acks on return
 
     async def _guarded(
-        self, batches: dict[int, list[InRecord]], lasts: dict[int, Any], generation: int | None
+        self,
+        batches: dict[int, list[InRecord]],
+        lasts: dict[int, Any],
+        generation: int | None,
+        *,
+        defer: bool,
     ) -> None:
-        """``_handle_batch`` under the lock; an unexpected error stops the process."""
+        """``_handle_batch`` under the lock; an unexpected error stops the process.
+
+        ``defer``: leave steps 3-5 to the next batch (or the idle agent, or the timer).
+        """
         size = sum(map(len, batches.values()))
         self.telemetry.consumed(size)
         traceparents = [r.traceparent for recs in batches.values() for r in recs]
         try:
             with self.telemetry.batch_span(size, traceparents):
                 async with self._lock:
+                    if self._stopping:
+                        return  # not stored, not acknowledged: delivered again after a restart
                     if generation is not None and generation != self.app.consumer_generation_id:
                         # a rebalance since the fetch: these may belong to another worker now
                         self.stats["records_dropped_rebalance"] += size
                         return
                     with self.gc.batch():
                         await self._handle_batch(batches, lasts)
+                    if not defer:
+                        await self._finish_stored()
         except LedgerUnavailable:
             if not self._stopping:
                 raise
@@ -207,6 +255,7 @@ class PipelineWorker:
     async def _handle_batch(
         self, batches: dict[int, list[InRecord]], lasts: dict[int, Any]
     ) -> None:
+        gone = frozenset(self._revoked)  # the stored batch's state and offsets are not ours
         self._forget_revoked()
         self.last_event.update(lasts)
         read_back: dict[int, list[tuple[int, int]]] = {}
@@ -223,15 +272,32 @@ class PipelineWorker:
         ordered = {p: batches[p] for p in sorted(batches)}
         size = sum(map(len, ordered.values()))
         with self.telemetry.insert_span(size):
-            out = await asyncio.to_thread(
+            storing = asyncio.to_thread(
                 store_isolating, self.intake, ordered, self.clock(), self.store
             )
+            if self._stored is None:
+                out = await storing
+            else:  # the previous batch's steps 3-5 beside this one's step 2
+                out, _ = await asyncio.gather(storing, self._finish_stored(gone))
         self.telemetry.acknowledged(out.event_ts)
-        await self._publish(out, ordered)
-        self._write_state(out.state_writes)
-        for partition, recs in ordered.items():  # in the ledger: faust may commit them
-            if partition not in self._revoked:
-                acknowledge(self.app, self._tp(partition), recs[0].offset, recs[-1].offset)
+        offsets = {p: (recs[0].offset, recs[-1].offset) for p, recs in ordered.items()}
+        self._stored = _Stored(out, offsets, self.intake.clock.watermark_us)
+
+    async def _finish_stored(self, gone: frozenset[int] = frozenset()) -> None:
+        """Steps 3-5 of the batch last stored: produce, write state, acknowledge.
+
+        Lanes revoked since it was stored (``gone``, or still in ``_revoked``) get neither
+        state writes nor acknowledgements: their new owner reads them again.
+        """
+        stored, self._stored = self._stored, None
+        if stored is None:
+            return
+        out = stored.out
+        skip = gone | self._revoked
+        await self._publish(out, stored.offsets, stored.watermark_us, skip)
+        for partition, (first, last) in stored.offsets.items():  # faust may commit them
+            if partition not in skip and partition not in self._revoked:
+                acknowledge(self.app, self._tp(partition), first, last)
         await self._after(out)
 
     async def _without_gaps(
@@ -258,34 +324,40 @@ class PipelineWorker:
             )
         return full, gaps
 
-    async def _publish(self, out: Output, partitions: dict[int, Any]) -> None:
-        """Produce the output records and wait until the broker has every one."""
-        app, t = self.app, self.topics
-        futures = [await send(app, t.dlq, r) for r in out.dlq]
-        futures += [await send(app, t.quarantine, r) for r in out.quarantined]
-        futures += [await send(app, t.runs_closed, r) for r in out.closed]
-        futures += [await send(app, t.alerts, r) for r in out.alerts]
-        futures += [await send(app, t.limit_deaths, death_record(d), 0) for d in out.limit_deaths]
-        wm = self.intake.clock.watermark_us
-        for partition in partitions:
-            futures.append(await send(app, t.limit_deaths, watermark_record(partition, wm), 0))
-        await asyncio.gather(*futures)
+    async def _publish(
+        self,
+        out: Output,
+        partitions: dict[int, Any],
+        watermark_us: int | None = None,
+        skip: frozenset[int] | set[int] = frozenset(),
+    ) -> None:
+        """Produce the output records and the run-state writes, and wait until the broker
+        has every one. Each of ``partitions`` reports ``watermark_us`` (default: the clock's
+        now) to the alerter; lanes in ``skip`` (revoked) get no state writes."""
+        t = self.topics
+        recs = [_record(t.dlq, r) for r in out.dlq]
+        recs += [_record(t.quarantine, r) for r in out.quarantined]
+        recs += [_record(t.runs_closed, r) for r in out.closed]
+        recs += [_record(t.alerts, r) for r in out.alerts]
+        recs += [_record(t.limit_deaths, death_record(d), 0) for d in out.limit_deaths]
+        wm = self.intake.clock.watermark_us if watermark_us is None else watermark_us
+        recs += [_record(t.limit_deaths, watermark_record(p, wm), 0) for p in partitions]
+        recs += self._state_records(out.state_writes, skip)
+        await self.producer.send_all(recs)
 
-    def _write_state(self, writes: dict[str, bytes | None]) -> None:
-        """Each changed key once, under its partition's latest event (its changelog partition)."""
-        by_partition: dict[int, list[tuple[str, bytes | None]]] = defaultdict(list)
+    def _state_records(
+        self, writes: dict[str, bytes | None], skip: frozenset[int] | set[int]
+    ) -> list[ProducedRecord]:
+        """Each changed key once, to the changelog partition of its lane (none in ``skip``,
+        none of a lane this worker no longer holds)."""
+        recs = []
         for key, value in writes.items():
-            by_partition[int(key.split("\x1f")[1])].append((key, value))
-        for partition, items in by_partition.items():
-            event = self.last_event.get(partition)
-            if event is None:
+            lane = int(key.split("\x1f")[1])
+            if lane in skip or lane not in self.last_event:
                 continue
-            with event_context(event):
-                for key, value in items:
-                    if value is None:
-                        self.state.pop(key.encode(), None)
-                    else:
-                        self.state[key.encode()] = value
+            partition = source_of(self.topics, lane)[1]
+            recs.append(ProducedRecord(self._changelog, key.encode(), value, partition))
+        return recs
 
     def _tp(self, partition: int) -> TP:
         return TP(*source_of(self.topics, partition))
@@ -331,6 +403,13 @@ class PipelineWorker:
     async def _tick(self) -> None:
         """Grace periods of partitions that went quiet, staleness on the shared watermark."""
         async with self._lock:
+            now = self.clock()
+            # A lane stepped within the interval was ticked by its step: only quiet lanes are
+            # ticked. The stored batch finishes first when it holds one of them, so its state
+            # writes and records come before the tick's.
+            stored = self._stored.offsets if self._stored is not None else {}
+            if set(stored) & set(self.intake.quiet(now, self._tick_interval)):
+                await self._finish_stored()
             self.gc.maybe_collect()
             self._forget_revoked()
             lanes = set(self.intake.processors) | set(self.intake.channels)
@@ -340,7 +419,7 @@ class PipelineWorker:
             for p in live:  # caught up since its last batch? then it holds nothing back
                 done = self.intake.next_offset(p) or 0
                 self.intake.clock.behind(p, lag(self.app, self._tp(p), done - 1) > 0)
-            outs = self.intake.tick(self.clock())
+            outs = self.intake.tick(now, quiet_for=self._tick_interval)
             out = Output()
             for partition, part in outs.items():
                 out.extend(part)
@@ -351,7 +430,7 @@ class PipelineWorker:
             changed = ledger.runs or ledger.alerts or ledger.progress or out.closed
             if not (changed or ledger.channel_operations or ledger.channel_watermarks):
                 self.intake.commit(outs)
-                self._write_state(out.state_writes)
+                await self.producer.send_all(self._state_records(out.state_writes, self._revoked))
                 return
             try:
                 await asyncio.to_thread(self.store, out)
@@ -360,8 +439,7 @@ class PipelineWorker:
                 log.exception("the ledger refused rows of the timer; they are retried next tick")
                 return
             self.intake.commit(outs)
-            await self._publish(out, {})
-            self._write_state(out.state_writes)
+            await self._publish(out, {}, skip=self._revoked)
             await self._after(out)
 
     def _progress(self, partitions: list[int]) -> list[ProgressRow]:
@@ -431,8 +509,14 @@ class PipelineWorker:
 
     # -- lifecycle ----------------------------------------------------------------------
     async def _on_shutdown(self, app: Any, **_: Any) -> None:
-        """The consumer has stopped: let notifiers deliver what they queued, write stats."""
+        """The consumer has stopped: finish the stored batch (faust's last commit takes its
+        offsets), let notifiers deliver what they queued, write stats."""
         self._stopping = True
+        try:
+            async with asyncio.timeout(30.0), self._lock:  # a batch in flight ends first
+                await self._finish_stored()
+        except Exception:  # not finished: its records are read again after a restart
+            log.warning("the last stored batch was not finished at shutdown", exc_info=True)
         for sink in self.alert_sinks:
             aclose = getattr(sink, "aclose", None)
             if aclose is not None:
@@ -442,6 +526,7 @@ class PipelineWorker:
                     log.exception("closing alert sink %r failed", sink)
         self.telemetry.stopped()  # stats file + the summary line
         await self.read_back.close()
+        await self.producer.close()
         await self.read_back_channel.close()
 
     async def _on_revoked(self, app: Any, revoked: set[Any], **_: Any) -> None:

@@ -1,4 +1,4 @@
-"""faust plumbing: the app from settings, raw topics and tables, sends, the event context.
+"""faust plumbing: the app from settings, raw topics and tables, the event context, acks.
 
 Everything here that touches faust internals is named and kept in one place, pinned by
 ``tests/unit/test_worker_faust_internals.py`` (faust-streaming is pinned in pyproject):
@@ -19,7 +19,7 @@ import logging
 import os
 import time
 import weakref
-from collections.abc import Awaitable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -27,7 +27,7 @@ import faust
 from faust.streams import _current_event
 from faust.types.tuples import ack_lock
 
-from ..core import InRecord, OutRecord
+from ..core import InRecord
 from ..settings import Settings
 
 __all__ = [
@@ -44,7 +44,6 @@ __all__ = [
     "note_inbound",
     "raw_table",
     "raw_topic",
-    "send",
 ]
 
 _RAW: dict[str, Any] = {
@@ -159,15 +158,6 @@ def in_record(msg: Any) -> InRecord:
         msg.offset,
         msg.key,
         header(msg.headers, "traceparent"),
-    )
-
-
-async def send(
-    app: faust.App, topic: str, rec: OutRecord, partition: int | None = None
-) -> Awaitable[Any]:
-    """Hand ``rec`` to the producer; await the result to know the broker has it."""
-    return await app.producer.send(
-        topic, rec.key, rec.value, partition, None, list(rec.headers) or None
     )
 
 

@@ -1,0 +1,172 @@
+"""The worker's batch pipeline keeps its order while batch N's outputs overlap N+1's store.
+
+Driven through ``PipelineWorker._handle_batch`` and ``_tick`` without a broker: the ledger
+writer, the producer and faust's acknowledgement are recorders on one timeline, so the
+assertions are about what happened in which order:
+
+- a batch's records, state writes and acknowledgement come only after its rows are in
+  the ledger, and in batch order;
+- the watermark a batch reports to the alerter is the one captured when it was stored,
+  not the clock's value once later batches were stepped;
+- the timer tick finishes the stored batch before writing anything of its own for the
+  batch's lanes, and leaves it alone while those lanes are busy;
+- a lane revoked between a batch's store and its finish gets no state write and no
+  acknowledgement (its new owner reads the batch again).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import orjson
+import pytest
+from faust.types import TP
+
+from prism.pipeline.core import InRecord
+from prism.pipeline.settings import Settings
+from prism.pipeline.worker import _app
+from prism.pipeline.worker._app import PipelineWorker
+from prism.pipeline.worker._faust import SourceEvent
+from prism.runtime.simulator import FleetConfig, simulate
+
+
+class _Timeline:
+    def __init__(self) -> None:
+        self.steps: list[tuple[str, Any]] = []
+
+
+class _Writer:
+    """A ledger sink that records each flush of rows on the timeline."""
+
+    def __init__(self, timeline: _Timeline) -> None:
+        self.timeline = timeline
+        self.pending: list[Any] = []
+
+    def add(self, batch: Any, *sources: Any) -> None:
+        self.pending.append((len(batch), sources))
+
+    def flush(self) -> None:
+        for rows, sources in self.pending:
+            self.timeline.steps.append(("ledger", (rows, [s.last_offset for s in sources])))
+        self.pending.clear()
+
+    def discard(self) -> int:
+        return 0
+
+
+@pytest.fixture
+def worker(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> tuple[PipelineWorker, _Timeline]:
+    timeline = _Timeline()
+    settings = Settings(state_dir=tmp_path, state_store="memory", progress_interval_seconds=0)
+    now = [1_800_000_000.0]
+    w = PipelineWorker(settings, _Writer(timeline), clock=lambda: now[0])
+    w.now = now  # type: ignore[attr-defined]  # the test moves processing time
+
+    async def send_all(records: list[Any]) -> None:
+        if records:
+            await asyncio.sleep(0.01)  # the broker takes a while: let the other side run
+            timeline.steps.append(("produce", list(records)))
+
+    async def log_start(partition: int) -> int:
+        return 0
+
+    def acknowledge(app: Any, tp: Any, first: int, last: int) -> int:
+        timeline.steps.append(("ack", (tp.partition, first, last)))
+        return last - first + 1
+
+    monkeypatch.setattr(w.producer, "send_all", send_all)
+    monkeypatch.setattr(w.read_back, "log_start", log_start)
+    monkeypatch.setattr(_app, "acknowledge", acknowledge)
+    return w, timeline
+
+
+def _records(topic: str) -> list[InRecord]:
+    """A small fleet on one partition, offsets from 0, in publish order."""
+    fleet = simulate(FleetConfig(runs=30, seed=5))
+    return [InRecord(r.value, topic, 0, i, r.key, None) for i, r in enumerate(fleet.records)]
+
+
+def _batch(w: PipelineWorker, recs: list[InRecord]) -> Any:
+    last = recs[-1]
+    lasts = {0: SourceEvent(last.source, 0, last.offset)}
+    return w._handle_batch({0: list(recs)}, lasts)
+
+
+def _watermarks(records: list[Any]) -> list[int]:
+    return [orjson.loads(r.value)["wm"] for r in records if r.key == b"wm"]
+
+
+def _state(w: PipelineWorker, records: list[Any]) -> list[Any]:
+    return [r for r in records if r.topic == w._changelog]
+
+
+def test_outputs_state_and_acks_follow_the_ledger_in_batch_order(worker: Any) -> None:
+    w, timeline = worker
+    recs = _records(w.topics.input)
+    half = len(recs) // 2
+
+    finish = w._finish_stored
+
+    async def late_finish(*args: Any) -> None:
+        await asyncio.sleep(0.3)  # batch 2 is stepped (in its thread) before batch 1 finishes
+        await finish(*args)
+
+    w._finish_stored = late_finish  # type: ignore[method-assign]
+
+    async def go() -> tuple[int, int]:
+        await _batch(w, recs[:half])
+        assert [s[0] for s in timeline.steps] == ["ledger"]  # nothing produced or acked yet
+        wm1 = w.intake.clock.watermark_us
+        await _batch(w, recs[half:])
+        wm2 = w.intake.clock.watermark_us
+        await w._tick()  # lane 0 was just stepped: the tick leaves the stored batch alone
+        assert [kind for kind, _ in timeline.steps].count("produce") == 1
+        w.now[0] += 5  # lane 0 is quiet now: the tick finishes batch 2 before its own work
+        await w._tick()
+        return wm1, wm2
+
+    wm1, wm2 = asyncio.run(go())
+    assert wm2 > wm1, "the second half must move the watermark for this test to mean anything"
+    steps = timeline.steps
+    kinds = [kind for kind, _ in steps]
+    ledger = [i for i, kind in enumerate(kinds) if kind == "ledger"]
+    produce = [i for i, kind in enumerate(kinds) if kind == "produce"]
+    ack = [i for i, kind in enumerate(kinds) if kind == "ack"]
+    assert len(ack) == 2 and len(ledger) >= 2 and len(produce) == 3
+    # each batch: ledger, then its records and state, then its acknowledgement; and batch 1's
+    # finish is over before batch 2's begins (batch 2's store may overlap batch 1's finish)
+    assert ledger[0] < produce[0] < ack[0] < produce[1] < ack[1]
+    assert ledger[1] < produce[1]
+    assert produce[2] > ack[1]  # the tick's own state writes come after batch 2's
+    assert not _watermarks(steps[produce[2]][1])
+    assert steps[ledger[0]][1][1] == [half - 1]  # the ledger rows of batch 1's offsets
+    assert steps[ack[0]][1] == (0, 0, half - 1)
+    assert steps[ack[1]][1] == (0, half, len(recs) - 1)
+    first_out, second_out = steps[produce[0]][1], steps[produce[1]][1]
+    # batch 1 reports the watermark it was stored with, though batch 2 was stepped since
+    assert _watermarks(first_out) == [wm1]
+    assert _watermarks(second_out) == [wm2]
+    assert _state(w, first_out) and _state(w, second_out)
+    assert all(r.partition == 0 for r in _state(w, first_out + second_out))
+
+
+def test_a_lane_revoked_before_its_batch_finishes_gets_no_state_and_no_ack(worker: Any) -> None:
+    w, timeline = worker
+    recs = _records(w.topics.input)
+    half = len(recs) // 2
+    other = [InRecord(r.value, r.source, 1, i, r.key, None) for i, r in enumerate(recs[half:])]
+
+    async def go() -> None:
+        await _batch(w, recs[:half])
+        await w._on_revoked(w.app, {TP(w.topics.input, 0)})
+        lasts = {1: SourceEvent(w.topics.input, 1, other[-1].offset)}
+        await w._handle_batch({1: other}, lasts)
+
+    asyncio.run(go())
+    produced = [step for kind, step in timeline.steps if kind == "produce"]
+    acks = [step for kind, step in timeline.steps if kind == "ack"]
+    assert len(produced) == 1  # batch 1's outputs still go out: its rows are in the ledger
+    assert _watermarks(produced[0])  # and its report to the alerter
+    assert _state(w, produced[0]) == []
+    assert acks == []
