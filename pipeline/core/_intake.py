@@ -19,6 +19,7 @@ rest. Every input record thus ends in exactly one of the ledger, quarantine or t
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -130,6 +131,7 @@ class Intake:
         self.alerter = alerter
         self.processors: dict[int, Processor] = {}
         self.channels: dict[int, ChannelProcessor] = {}
+        self.ticked_at: dict[int, float] = {}  # lane -> ``now`` of its last step or tick
 
     def processor(self, partition: int) -> Processor:
         """The partition's processor (created empty; ``Processor.load`` restores state)."""
@@ -173,6 +175,7 @@ class Intake:
         """Forget a partition (revoked from this worker)."""
         self.processors.pop(partition, None)
         self.channels.pop(partition, None)
+        self.ticked_at.pop(partition, None)
         self.clock.forget(partition)
 
     def step(self, partition: int, records: Sequence[InRecord], now: float) -> Output:
@@ -208,6 +211,8 @@ class Intake:
             out.extend(self._apply(self.processors[partition], pairs, now, received))
         if channel:
             out.extend(self._apply(self.channels[partition], channel, now, received))
+        if channel or partition not in self.channels:  # each processor of the lane ticked
+            self.ticked_at[partition] = now
         self._alerts(out)
         return out
 
@@ -238,13 +243,16 @@ class Intake:
         out.ranges.append((rec.source, lane, rec.offset, rec.offset))
         return out
 
-    def tick(self, now: float) -> dict[int, Output]:
+    def tick(self, now: float, quiet_for: float = 0.0) -> dict[int, Output]:
         """Let processing time pass on every partition (grace periods of quiet partitions).
 
+        ``quiet_for``: only partitions not stepped or ticked in the last ``quiet_for``
+        seconds (a step ticks its partition's processors itself, with the same ``now``).
         Like ``step``, each partition's tick stays open until ``commit`` or ``rollback``.
         """
         outs = {}
-        for p in sorted(set(self.processors) | set(self.channels)):
+        for p in self.quiet(now, quiet_for):
+            self.ticked_at[p] = now
             outs[p] = Output()
             for proc in self.lane(p):
                 proc.begin()
@@ -252,6 +260,13 @@ class Intake:
         for out in outs.values():
             self._alerts(out)
         return outs
+
+    def quiet(self, now: float, quiet_for: float = 0.0) -> list[int]:
+        """The partitions not stepped or ticked in the last ``quiet_for`` seconds, in order."""
+        lanes = sorted(set(self.processors) | set(self.channels))
+        if not quiet_for:
+            return lanes
+        return [p for p in lanes if now - self.ticked_at.get(p, -math.inf) >= quiet_for]
 
     def finalize(self, now: float) -> Output:
         """End of input: close what waits on grace, apply staleness, on every partition."""

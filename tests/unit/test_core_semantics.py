@@ -364,3 +364,28 @@ def test_estimate_rows_are_marked_superseded_when_a_report_exists_in_either_orde
     b2.usage(turn=1, attempt=1, inputTokens=90, estimated=True, confidence="low").finished()
     out = Processor(CFG).process(deliveries(b2.events), NOW)
     assert [(u.seq, u.superseded) for u in out.ledger.usage] == [(2, False), (3, True)]
+
+
+def test_intake_tick_skips_lanes_a_step_ticked_within_quiet_for():
+    from prism.pipeline.core import InRecord, Intake
+
+    def records(builder, partition):  # a gap at seq 1-2: the run waits for its grace period
+        events = [builder.events[0], builder.events[3]]
+        return [InRecord(orjson.dumps(e), "t.events", partition, i) for i, e in enumerate(events)]
+
+    intake = Intake(CFG)
+    busy = RunBuilder("busy").started().turn(1).turn(2).finished()
+    quiet = RunBuilder("quiet").started().turn(1).turn(2).finished()
+    intake.step(0, records(quiet, 0), NOW)
+    intake.commit(0)
+    intake.step(1, records(busy, 1), NOW + 25)
+    intake.commit(1)
+    # 31 s after partition 0's step its grace period is over; partition 1 was stepped 6 s
+    # ago (its step ticked it) and is left alone
+    outs = intake.tick(NOW + 31, quiet_for=10)
+    intake.commit(outs)
+    assert list(outs) == [0]
+    assert [orjson.loads(r.value)["runId"] for r in outs[0].closed] == ["quiet"]
+    assert intake.tick(NOW + 32, quiet_for=10) == {}  # partition 0 was just ticked
+    everything = intake.tick(NOW + 32)  # quiet_for=0: every lane, as before
+    assert sorted(everything) == [0, 1]
