@@ -14,9 +14,10 @@ policy (``GcPolicy.batch``). Each stage is timed where it runs:
   stage they interrupt.
 
 Figures are microseconds per event, from the total over the whole fleet; ``stages_events_per_s``
-is the loop's rate and ``stages_peak_rss`` the child's peak RSS. chDB hosts one engine
-per process, so ``run()`` works in a child process.
-Run: ``.venv/bin/python -m bench.bench_stages [--quick]``.
+is the loop's rate, ``stages_peak_rss`` the child's peak RSS and ``stages_rss_<q>`` its RSS
+after each quarter of the fleet (flat when memory does not grow with the events seen).
+chDB hosts one engine per process, so ``run()`` works in a child process.
+Run: ``.venv/bin/python -m bench.bench_stages [--quick] [--events N]``.
 """
 
 from __future__ import annotations
@@ -38,9 +39,10 @@ PARTITIONS = 4
 BATCH = 5000
 
 
-def run(quick: bool = False) -> list[dict[str, Any]]:
+def run(quick: bool = False, events: int | None = None) -> list[dict[str, Any]]:
     """Run the benchmark in a child process (its own chDB engine) and return its rows."""
     cmd = [sys.executable, "-m", "bench.bench_stages", "--child"] + (["--quick"] if quick else [])
+    cmd += ["--events", str(events)] if events else []
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"bench_stages child failed ({done.returncode}):\n{done.stderr[-3000:]}")
@@ -88,14 +90,21 @@ def _fleet(events: int) -> dict[int, list[Any]]:
     return parts
 
 
-def _child(quick: bool) -> list[dict[str, Any]]:
+def _rss_mib() -> float:
+    for line in open("/proc/self/status"):  # noqa: SIM115 - a tiny procfs read
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _child(quick: bool, events: int | None = None) -> list[dict[str, Any]]:
     from prism import sinks
     from prism.pipeline._store import LedgerStore, open_ledger
     from prism.pipeline.core import Intake, Output
     from prism.pipeline.settings import Settings
     from prism.pipeline.worker._gc import GcPolicy
 
-    parts = _fleet(30_000 if quick else 100_000)
+    parts = _fleet(events or (30_000 if quick else 100_000))
     total = sum(map(len, parts.values()))
     timers = _Timers()
     with tempfile.TemporaryDirectory(prefix="prism-bench-stages-") as tmp:
@@ -116,6 +125,7 @@ def _child(quick: bool) -> list[dict[str, Any]]:
         gc.freeze()
         gc.callbacks.append(timers.gc_callback)
         started = time.perf_counter()
+        samples: list[float] = []  # RSS after each batch
         try:
             for i in range(0, max(map(len, parts.values())), per):
                 batch = {p: recs[i : i + per] for p, recs in parts.items() if recs[i : i + per]}
@@ -130,6 +140,7 @@ def _child(quick: bool) -> list[dict[str, Any]]:
                     for p in batch:
                         intake.commit(p)
                 policy.maybe_collect()
+                samples.append(_rss_mib())
         finally:
             gc.callbacks.remove(timers.gc_callback)
         elapsed = time.perf_counter() - started
@@ -148,15 +159,18 @@ def _child(quick: bool) -> list[dict[str, Any]]:
     rows.append(_row("stage_total", elapsed / total * 1e6, "us/event"))
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     rows.append(_row("stages_peak_rss", peak_kib / 1024, "MiB"))
+    for q in (1, 2, 3, 4):
+        rows.append(_row(f"stages_rss_{q}q", samples[max(0, len(samples) * q // 4 - 1)], "MiB"))
     return rows
 
 
 def main(argv: list[str]) -> None:
     quick = "--quick" in argv
+    events = int(argv[argv.index("--events") + 1]) if "--events" in argv else None
     if "--child" in argv:
-        print(json.dumps(_child(quick)))
+        print(json.dumps(_child(quick, events)))
         return
-    for row in run(quick):
+    for row in run(quick, events):
         print(f"{row['bench']:8} {row['metric']:34} {row['value']:>14,.3f} {row['unit']}")
 
 
