@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -25,6 +24,8 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
+
+from bench._child import run_child
 
 BENCH = "ledger"
 REPEATS = 50
@@ -35,11 +36,7 @@ MODELS = [("anthropic", "claude-sonnet-4-5"), ("openai", "gpt-4.1"), ("ollama", 
 
 def run(quick: bool = False) -> list[dict[str, Any]]:
     """Run the benchmark in a child process (its own chDB engine) and return its rows."""
-    cmd = [sys.executable, "-m", "bench.bench_ledger", "--child"] + (["--quick"] if quick else [])
-    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"bench_ledger child failed ({done.returncode}):\n{done.stderr}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return run_child("bench.bench_ledger", *(["--quick"] if quick else []))
 
 
 def _row(metric: str, value: float, unit: str) -> dict[str, Any]:

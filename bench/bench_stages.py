@@ -25,12 +25,13 @@ from __future__ import annotations
 import gc
 import json
 import resource
-import subprocess
 import sys
 import tempfile
 import time
-from collections import Counter, defaultdict
+from collections import defaultdict
 from typing import Any
+
+from bench._child import run_child
 
 BENCH = "stages"
 SEED = 20261130
@@ -41,12 +42,8 @@ BATCH = 5000
 
 def run(quick: bool = False, events: int | None = None) -> list[dict[str, Any]]:
     """Run the benchmark in a child process (its own chDB engine) and return its rows."""
-    cmd = [sys.executable, "-m", "bench.bench_stages", "--child"] + (["--quick"] if quick else [])
-    cmd += ["--events", str(events)] if events else []
-    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"bench_stages child failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    args = (["--quick"] if quick else []) + (["--events", str(events)] if events else [])
+    return run_child("bench.bench_stages", *args)
 
 
 def _row(metric: str, value: float, unit: str) -> dict[str, Any]:
@@ -57,7 +54,7 @@ class _Timers:
     """Seconds per stage, and the GC pauses seen through ``gc.callbacks``."""
 
     def __init__(self) -> None:
-        self.seconds: Counter[str] = Counter()
+        self.seconds: defaultdict[str, float] = defaultdict(float)
         self._gc_started = 0.0
 
     def gc_callback(self, phase: str, _info: dict[str, Any]) -> None:
@@ -108,7 +105,7 @@ def _child(quick: bool, events: int | None = None) -> list[dict[str, Any]]:
     total = sum(map(len, parts.values()))
     timers = _Timers()
     with tempfile.TemporaryDirectory(prefix="prism-bench-stages-") as tmp:
-        settings = Settings(clickhouse_dsn=f"chdb://{tmp}/ledger")
+        settings = Settings.model_validate({"clickhouse_dsn": f"chdb://{tmp}/ledger"})
         client = open_ledger(settings)
 
         def hook(table: str, insert: Any) -> object:
