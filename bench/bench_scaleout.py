@@ -55,6 +55,7 @@ def _row(metric: str, value: float, unit: str) -> dict[str, Any]:
 def _settings(bootstrap: str, root: Path, name: str, group: str, store: str) -> Any:
     from prism.pipeline.settings import load_settings
 
+    (root / name).mkdir(parents=True, exist_ok=True)  # a chDB path's parent must exist
     return load_settings(
         kafka_bootstrap_servers=bootstrap,
         topic_prefix="bench-scaleout",
