@@ -410,7 +410,12 @@ class PipelineWorker:
             stored = self._stored.offsets if self._stored is not None else {}
             if set(stored) & set(self.intake.quiet(now, self._tick_interval)):
                 await self._finish_stored()
-            self.gc.maybe_collect()
+            if self.gc.maybe_collect():
+                self.stats["gc_full_passes"] += 1
+                log.debug(
+                    "full GC pass: %.3fs, %d unreachable objects found so far",
+                    self.gc.last_pause, self.gc.collected,
+                )  # fmt: skip
             self._forget_revoked()
             lanes = set(self.intake.processors) | set(self.intake.channels)
             live = [p for p in sorted(lanes) if p in self.last_event]

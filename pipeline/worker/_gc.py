@@ -34,6 +34,7 @@ class GcPolicy:
         self._last_full = clock()
         self.full_passes = 0
         self.collected = 0
+        self.last_pause = 0.0  # seconds the last full pass took
 
     @contextmanager
     def batch(self) -> Iterator[None]:
@@ -52,9 +53,11 @@ class GcPolicy:
         now = self._clock()
         if now - self._last_full < self.full_every:
             return False
+        started = time.perf_counter()
         gc.unfreeze()
         self.collected += gc.collect()
         gc.freeze()
+        self.last_pause = time.perf_counter() - started
         self._last_full = self._clock()
         self.full_passes += 1
         return True

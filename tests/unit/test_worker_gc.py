@@ -47,6 +47,7 @@ def test_the_full_pass_runs_on_its_cadence_and_frees_frozen_cycles() -> None:
         now[0] = 61.0
         assert policy.maybe_collect()
         assert policy.full_passes == 1
+        assert policy.last_pause > 0
         assert policy.collected >= 1  # the frozen cycle was found once unfrozen
         assert not any(type(o) is _Node for o in gc.get_objects())
         assert gc.get_freeze_count() > 0  # and what survives is frozen again
