@@ -10,19 +10,19 @@ shared with the timer and the alerter, these steps run in order, each with its g
    acknowledgement. Transient insert errors are retried here forever with backoff
    (``LedgerStore``; offsets wait); rows the ledger refuses for good are isolated to
    their records and dead-lettered ``unstorable``. After this step the rows are durable.
-3. **Produce** quarantine / runs-closed / alert / DLQ / limit-death records and wait for
-   the broker: the records are durable.
-4. **Write state**: each touched run once, under its partition's event (changelogged).
-5. **Acknowledge** the batch's offsets (``_faust.acknowledge``); faust's committer commits
+3. **Produce** quarantine / runs-closed / alert / DLQ / limit-death records and each
+   touched run's state (to the ``run-state`` changelog, partitioned like its lane) with
+   the worker's producer (``_produce``), and wait for the broker: all are durable.
+4. **Acknowledge** the batch's offsets (``_faust.acknowledge``); faust's committer commits
    them later. A crash before this re-delivers the batch; the core's dedup, the insert
    tokens and the versioned tables make that change no count.
 
-Steps 3-5 of batch N (``_Stored``: its outputs, state bytes and the watermark as they
+Steps 3-4 of batch N (``_Stored``: its outputs, state bytes and the watermark as they
 were when N was stored) run while step 2 of batch N+1 runs in its thread: they touch
 neither the core nor the ledger writer. They always finish before batch N+1's, before a
-timer tick and when no batch is waiting, so records, state writes and acknowledgements
-keep the batches' order, and no state or watermark of a batch not yet in the ledger is
-ever written.
+timer tick that ticks one of N's lanes and when no batch is waiting, so records, state
+writes and acknowledgements keep the batches' order, and no state or watermark of a
+batch not yet in the ledger is ever written.
 
 Limit deaths (and each partition's watermark) go through the single-partition
 ``<prefix>.limit-deaths`` topic, so one alerter sees every tenant's deaths.
@@ -152,7 +152,7 @@ class PipelineWorker:
         self._revoked: set[int] = set()
         self._lock = asyncio.Lock()
         self.gc = GcPolicy()
-        self._stored: _Stored | None = None  # stored in the ledger, steps 3-5 to come
+        self._stored: _Stored | None = None  # stored in the ledger, steps 3-4 to come
         self.telemetry = WorkerTelemetry(settings.state_dir / "worker-stats.json")
         atexit.register(self.telemetry.write_stats, force=True)
         self._last_log = 0.0
@@ -227,7 +227,7 @@ class PipelineWorker:
     ) -> None:
         """``_handle_batch`` under the lock; an unexpected error stops the process.
 
-        ``defer``: leave steps 3-5 to the next batch (or the idle agent, or the timer).
+        ``defer``: leave steps 3-4 to the next batch (or the idle agent, or the timer).
         """
         size = sum(map(len, batches.values()))
         self.telemetry.consumed(size)
@@ -277,14 +277,14 @@ class PipelineWorker:
             )
             if self._stored is None:
                 out = await storing
-            else:  # the previous batch's steps 3-5 beside this one's step 2
+            else:  # the previous batch's steps 3-4 beside this one's step 2
                 out, _ = await asyncio.gather(storing, self._finish_stored(gone))
         self.telemetry.acknowledged(out.event_ts)
         offsets = {p: (recs[0].offset, recs[-1].offset) for p, recs in ordered.items()}
         self._stored = _Stored(out, offsets, self.intake.clock.watermark_us)
 
     async def _finish_stored(self, gone: frozenset[int] = frozenset()) -> None:
-        """Steps 3-5 of the batch last stored: produce, write state, acknowledge.
+        """Steps 3-4 of the batch last stored: produce records and state, acknowledge.
 
         Lanes revoked since it was stored (``gone``, or still in ``_revoked``) get neither
         state writes nor acknowledgements: their new owner reads them again.
