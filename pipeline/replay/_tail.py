@@ -152,14 +152,8 @@ async def tail_run(
         async for rec in records_until(consumer, tp, lambda: seq.complete, timeout):
             if rec.key is not None and rec.key != key:
                 continue
-            try:
-                ev = event_from_record(
-                    rec.value or b"",
-                    partition=rec.partition,
-                    offset=rec.offset,
-                    max_bytes=settings.max_event_bytes,
-                )
-            except ContractViolation:
+            ev = _event_of(rec, settings.max_event_bytes)
+            if ev is None:
                 invalid += rec.key == key
                 continue
             for ready in seq.push(ev):
@@ -169,6 +163,16 @@ async def tail_run(
     for ready in seq.drain():  # timed out: what waited behind a gap, still in seq order
         on_event(ready)
     return seq.result(invalid=invalid)
+
+
+def _event_of(rec: Any, max_bytes: int) -> ReplayEvent | None:
+    """The replay event of a consumer record; None when the record breaks the contract."""
+    try:
+        return event_from_record(
+            rec.value or b"", partition=rec.partition, offset=rec.offset, max_bytes=max_bytes
+        )
+    except ContractViolation:
+        return None
 
 
 async def records_until(
@@ -270,14 +274,8 @@ def _follow_one(
     result: FollowResult,
     on_event: EventCallback,
 ) -> None:
-    try:
-        ev = event_from_record(
-            rec.value or b"",
-            partition=rec.partition,
-            offset=rec.offset,
-            max_bytes=settings.max_event_bytes,
-        )
-    except ContractViolation:
+    ev = _event_of(rec, settings.max_event_bytes)
+    if ev is None:
         result.invalid += 1
         return
     if (tenants and ev.tenant_id not in tenants) or (types and ev.type not in types):
