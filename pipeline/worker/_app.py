@@ -37,7 +37,7 @@ import os
 import socket
 import time
 from collections import Counter, defaultdict
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -167,8 +167,8 @@ class PipelineWorker:
         self.app.task(self._bulk_agent)
         # The agent subscribes the input topics (and co-partitions the tables with them);
         # their records come through the bulk intake, so it sees none once that is installed.
-        # take_events is on the concrete Stream, not on the StreamT protocol faust types with
         self.app.agent(self.input, name="prism-events")(cast(Any, self._events_agent))
+        # take_events is on the concrete Stream, not on the StreamT protocol faust types with
         self.app.agent(self.deaths, name="prism-limit-deaths")(cast(Any, self._deaths_agent))
         self._tick_interval = max(1.0, settings.batch_max_seconds)
         self.app.timer(interval=self._tick_interval)(self._tick)
@@ -189,7 +189,8 @@ class PipelineWorker:
                 await self.handle_chunks(chunks)
 
     async def handle_chunks(self, chunks: Sequence[Chunk]) -> None:
-        """One batch of the bulk intake: chunks of one consumer generation."""
+        """One batch of the bulk intake (chunks of one consumer generation), under the lock;
+        an unexpected error stops the process."""
         batches: dict[int, list[InRecord]] = defaultdict(list)
         lasts: dict[int, Any] = {}
         for chunk in chunks:
@@ -197,38 +198,8 @@ class PipelineWorker:
             assert lane is not None, chunk.topic
             batches[lane] += map(in_record, chunk.records)
             lasts[lane] = SourceEvent(chunk.topic, chunk.partition, chunk.records[-1].offset)
-            note_inbound(self.app, self._tp(lane), highwater(self.app, self._tp(lane)))
-        await self._guarded(batches, lasts, chunks[0].generation, defer=True)
-
-    async def _events_agent(self, stream: faust.Stream) -> None:
-        """Records faust delivers itself (none once the bulk intake is installed)."""
-        s = self.settings
-        async for events in stream.take_events(s.batch_max_events, s.batch_max_seconds):
-            await self.handle_batch(events)
-
-    async def handle_batch(self, events: Sequence[Any]) -> None:
-        """One batch of faust events (``stream.take_events``)."""
-        batches: dict[int, list[InRecord]] = defaultdict(list)
-        lasts: dict[int, Any] = {}
-        for ev in events:
-            lane = lane_of(self.topics, ev.message.topic, ev.message.partition)
-            assert lane is not None, ev.message.topic
-            batches[lane].append(in_record(ev.message))
-            lasts[lane] = ev
-        await self._guarded(batches, lasts, None, defer=False)  # faust acks on return
-
-    async def _guarded(
-        self,
-        batches: dict[int, list[InRecord]],
-        lasts: dict[int, Any],
-        generation: int | None,
-        *,
-        defer: bool,
-    ) -> None:
-        """``_handle_batch`` under the lock; an unexpected error stops the process.
-
-        ``defer``: leave steps 3-4 to the next batch (or the idle agent, or the timer).
-        """
+            tp = self._tp(lane)
+            note_inbound(self.app, tp, highwater(self.app, tp))
         size = sum(map(len, batches.values()))
         self.telemetry.consumed(size)
         traceparents = [r.traceparent for recs in batches.values() for r in recs]
@@ -237,20 +208,27 @@ class PipelineWorker:
                 async with self._lock:
                     if self._stopping:
                         return  # not stored, not acknowledged: delivered again after a restart
-                    if generation is not None and generation != self.app.consumer_generation_id:
+                    if chunks[0].generation != self.app.consumer_generation_id:
                         # a rebalance since the fetch: these may belong to another worker now
                         self.stats["records_dropped_rebalance"] += size
                         return
                     with self.gc.batch():
                         await self._handle_batch(batches, lasts)
-                    if not defer:
-                        await self._finish_stored()
         except LedgerUnavailable:
             if not self._stopping:
                 raise
             return  # stopping while the ledger is down: nothing acknowledged
         except Exception:  # not cancellation: faust stops agents by cancelling them
             die("an unexpected error in the worker's batch step", log)
+
+    async def _events_agent(self, stream: faust.Stream) -> None:
+        """Subscribes the input topics; their records all go through the bulk intake.
+
+        faust acknowledges what its stream yields, so a record reaching this agent would be
+        committed without being in the ledger: stop instead (nothing is committed).
+        """
+        async for _event in stream:
+            die("faust delivered an input record past the bulk intake", log)
 
     async def _handle_batch(
         self, batches: dict[int, list[InRecord]], lasts: dict[int, Any]
@@ -294,7 +272,7 @@ class PipelineWorker:
             return
         out = stored.out
         skip = gone | self._revoked
-        await self._publish(out, stored.offsets, stored.watermark_us, skip)
+        await self._publish(out, skip, stored.offsets, stored.watermark_us)
         for partition, (first, last) in stored.offsets.items():  # faust may commit them
             if partition not in skip and partition not in self._revoked:
                 acknowledge(self.app, self._tp(partition), first, last)
@@ -327,21 +305,20 @@ class PipelineWorker:
     async def _publish(
         self,
         out: Output,
-        partitions: dict[int, Any],
-        watermark_us: int | None = None,
         skip: frozenset[int] | set[int] = frozenset(),
+        lanes: Iterable[int] = (),
+        watermark_us: int = 0,
     ) -> None:
         """Produce the output records and the run-state writes, and wait until the broker
-        has every one. Each of ``partitions`` reports ``watermark_us`` (default: the clock's
-        now) to the alerter; lanes in ``skip`` (revoked) get no state writes."""
+        has every one. Lanes in ``skip`` (revoked) get no state writes; each of ``lanes``
+        reports ``watermark_us`` to the alerter."""
         t = self.topics
         recs = [_record(t.dlq, r) for r in out.dlq]
         recs += [_record(t.quarantine, r) for r in out.quarantined]
         recs += [_record(t.runs_closed, r) for r in out.closed]
         recs += [_record(t.alerts, r) for r in out.alerts]
         recs += [_record(t.limit_deaths, death_record(d), 0) for d in out.limit_deaths]
-        wm = self.intake.clock.watermark_us if watermark_us is None else watermark_us
-        recs += [_record(t.limit_deaths, watermark_record(p, wm), 0) for p in partitions]
+        recs += [_record(t.limit_deaths, watermark_record(p, watermark_us), 0) for p in lanes]
         recs += self._state_records(out.state_writes, skip)
         await self.producer.send_all(recs)
 
@@ -411,10 +388,9 @@ class PipelineWorker:
             if set(stored) & set(self.intake.quiet(now, self._tick_interval)):
                 await self._finish_stored()
             if self.gc.maybe_collect():
-                self.stats["gc_full_passes"] += 1
                 log.debug(
-                    "full GC pass: %.3fs, %d unreachable objects found so far",
-                    self.gc.last_pause, self.gc.collected,
+                    "full GC pass %d: %.3fs, %d unreachable objects found so far",
+                    self.gc.full_passes, self.gc.last_pause, self.gc.collected,
                 )  # fmt: skip
             self._forget_revoked()
             lanes = set(self.intake.processors) | set(self.intake.channels)
@@ -444,7 +420,7 @@ class PipelineWorker:
                 log.exception("the ledger refused rows of the timer; they are retried next tick")
                 return
             self.intake.commit(outs)
-            await self._publish(out, {}, skip=self._revoked)
+            await self._publish(out, self._revoked)
             await self._after(out)
 
     def _progress(self, partitions: list[int]) -> list[ProgressRow]:
@@ -485,7 +461,7 @@ class PipelineWorker:
             out.ranges.append((self.topics.limit_deaths, 0, first, last))
             out.alerts.extend(alert_record(r) for r in rows)
             await asyncio.to_thread(self.store, out)
-            await self._publish(out, {})
+            await self._publish(out)
             await self._notify(rows)
         try:
             with event_context(events[-1]):
