@@ -64,7 +64,6 @@ from ..core import (
 from ..settings import Settings
 from ._bulk import BulkIntake, Chunk
 from ._faust import (
-    SourceEvent,
     acknowledge,
     committed_offset,
     die,
@@ -146,7 +145,7 @@ class PipelineWorker:
         self.read_back_channel = ReadBack(
             self.topics.channel_operations, settings.aiokafka_kwargs()
         )
-        self.last_event: dict[int, Any] = {}
+        self.last_offset: dict[int, int] = {}  # lane -> last offset of its last batch
         self.alerter: ExhaustionAlerter | None = None
         self._loaded: set[int] = set()
         self._revoked: set[int] = set()
@@ -192,12 +191,10 @@ class PipelineWorker:
         """One batch of the bulk intake (chunks of one consumer generation), under the lock;
         an unexpected error stops the process."""
         batches: dict[int, list[InRecord]] = defaultdict(list)
-        lasts: dict[int, Any] = {}
         for chunk in chunks:
             lane = lane_of(self.topics, chunk.topic, chunk.partition)
             assert lane is not None, chunk.topic
             batches[lane] += map(in_record, chunk.records)
-            lasts[lane] = SourceEvent(chunk.topic, chunk.partition, chunk.records[-1].offset)
             tp = self._tp(lane)
             note_inbound(self.app, tp, highwater(self.app, tp))
         size = sum(map(len, batches.values()))
@@ -213,7 +210,7 @@ class PipelineWorker:
                         self.stats["records_dropped_rebalance"] += size
                         return
                     with self.gc.batch():
-                        await self._handle_batch(batches, lasts)
+                        await self._handle_batch(batches)
         except LedgerUnavailable:
             if not self._stopping:
                 raise
@@ -230,12 +227,10 @@ class PipelineWorker:
         async for _event in stream:
             die("faust delivered an input record past the bulk intake", log)
 
-    async def _handle_batch(
-        self, batches: dict[int, list[InRecord]], lasts: dict[int, Any]
-    ) -> None:
+    async def _handle_batch(self, batches: dict[int, list[InRecord]]) -> None:
         gone = frozenset(self._revoked)  # the stored batch's state and offsets are not ours
         self._forget_revoked()
-        self.last_event.update(lasts)
+        self.last_offset.update((p, recs[-1].offset) for p, recs in batches.items())
         read_back: dict[int, list[tuple[int, int]]] = {}
         self._restore_assigned()
         for partition in sorted(batches):
@@ -330,7 +325,7 @@ class PipelineWorker:
         recs = []
         for key, value in writes.items():
             lane = int(key.split("\x1f")[1])
-            if lane in skip or lane not in self.last_event:
+            if lane in skip or lane not in self.last_offset:
                 continue
             partition = source_of(self.topics, lane)[1]
             recs.append(ProducedRecord(self._changelog, key.encode(), value, partition))
@@ -394,7 +389,7 @@ class PipelineWorker:
                 )  # fmt: skip
             self._forget_revoked()
             lanes = set(self.intake.processors) | set(self.intake.channels)
-            live = [p for p in sorted(lanes) if p in self.last_event]
+            live = [p for p in sorted(lanes) if p in self.last_offset]
             if not live:
                 return
             for p in live:  # caught up since its last batch? then it holds nothing back
@@ -404,7 +399,7 @@ class PipelineWorker:
             out = Output()
             for partition, part in outs.items():
                 out.extend(part)
-                offset = self.last_event[partition].message.offset if partition in live else 0
+                offset = self.last_offset.get(partition, 0)
                 out.ranges.append(("tick:" + self.topics.input, partition, offset, offset))
             out.ledger.progress.extend(self._progress(live))
             ledger = out.ledger
@@ -523,7 +518,7 @@ class PipelineWorker:
         """Called under the lock: drop what rebalances took away since the last step."""
         for partition in self._revoked:
             self.intake.drop(partition)
-            self.last_event.pop(partition, None)
+            self.last_offset.pop(partition, None)
             self._loaded.discard(partition)
         self._revoked.clear()
 

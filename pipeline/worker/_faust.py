@@ -31,7 +31,6 @@ from ..core import InRecord
 from ..settings import Settings
 
 __all__ = [
-    "SourceEvent",
     "acknowledge",
     "committed_offset",
     "die",
@@ -73,23 +72,6 @@ def event_context(event: Any) -> Iterator[None]:
         yield
     finally:
         _current_event.reset(token)
-
-
-class SourceEvent:
-    """Stands in for faust's current event where only its message's place is read (table
-    writes take their changelog partition from it): a record of the bulk intake."""
-
-    __slots__ = ("__weakref__", "message")
-
-    def __init__(self, topic: str, partition: int, offset: int) -> None:
-        self.message = _Place(topic, partition, offset)
-
-
-class _Place:
-    __slots__ = ("offset", "partition", "topic")
-
-    def __init__(self, topic: str, partition: int, offset: int) -> None:
-        self.topic, self.partition, self.offset = topic, partition, offset
 
 
 def acknowledge(app: faust.App, tp: Any, first: int, last: int) -> int:

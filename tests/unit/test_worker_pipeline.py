@@ -27,7 +27,6 @@ from prism.pipeline.core import InRecord
 from prism.pipeline.settings import Settings
 from prism.pipeline.worker import _app
 from prism.pipeline.worker._app import PipelineWorker
-from prism.pipeline.worker._faust import SourceEvent
 from prism.runtime.simulator import FleetConfig, simulate
 
 
@@ -88,9 +87,7 @@ def _records(topic: str) -> list[InRecord]:
 
 
 def _batch(w: PipelineWorker, recs: list[InRecord]) -> Any:
-    last = recs[-1]
-    lasts = {0: SourceEvent(last.source, 0, last.offset)}
-    return w._handle_batch({0: list(recs)}, lasts)
+    return w._handle_batch({0: list(recs)})
 
 
 def _watermarks(records: list[Any]) -> list[int]:
@@ -160,8 +157,7 @@ def test_a_lane_revoked_before_its_batch_finishes_gets_no_state_and_no_ack(worke
     async def go() -> None:
         await _batch(w, recs[:half])
         await w._on_revoked(w.app, {TP(w.topics.input, 0)})
-        lasts = {1: SourceEvent(w.topics.input, 1, other[-1].offset)}
-        await w._handle_batch({1: other}, lasts)
+        await w._handle_batch({1: other})
 
     asyncio.run(go())
     produced = [step for kind, step in timeline.steps if kind == "produce"]
