@@ -5,8 +5,9 @@ buffer before every commit: a few hundred records per batch (closed runs, quaran
 state of each touched run) cost the worker a quarter of a second per batch and held its
 commits back. ``RecordProducer`` hands a batch's records to one aiokafka producer
 (idempotent, ``acks=all``, lingering and batching) and waits until the broker has every
-one. Transient errors (no leader, timeouts) are retried with backoff, the whole set again:
-records are keyed, state writes are idempotent, outputs are at-least-once by contract.
+one. Transient errors (no leader, timeouts) are retried with backoff like every other
+broker call (``retry.retry_transient``), the whole set again: records are keyed, state
+writes are idempotent, outputs are at-least-once by contract.
 
 Run state goes straight to the table's changelog topic, partitioned like the source
 lane; the changelog is what a worker recovers from (faust replays it into the table's
@@ -16,14 +17,13 @@ local store on assignment), so the local store is not written during processing.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ProducedRecord", "RecordProducer"]
+from ..retry import DEFAULT_DEADLINE, retry_transient
 
-log = logging.getLogger("prism.worker")
+__all__ = ["ProducedRecord", "RecordProducer"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,15 +45,12 @@ class RecordProducer:
         kafka_kwargs: dict[str, Any],
         *,
         max_request_size: int = 1_048_576,
-        attempts: int = 8,
-        backoff: float = 0.2,
+        deadline: float = DEFAULT_DEADLINE,
     ) -> None:
         self._kwargs = kafka_kwargs
         self._max_request_size = max_request_size
-        self.attempts = attempts
-        self.backoff = backoff
+        self.deadline = deadline
         self._producer: Any = None
-        self.sent = 0
 
     async def _started(self) -> Any:
         if self._producer is None:
@@ -72,39 +69,25 @@ class RecordProducer:
         return self._producer
 
     async def send_all(self, records: Sequence[ProducedRecord]) -> None:
-        """Produce ``records`` (in order per partition) and wait until the broker has all."""
-        if not records:
-            return
-        from aiokafka.errors import KafkaError
+        """Produce ``records`` (in order per partition) and wait until the broker has all;
+        transient errors are retried (``retry.retry_transient``), the whole set again."""
+        if records:
+            await retry_transient(
+                lambda: self._send(records),
+                what=f"producing {len(records)} output and state record(s)",
+                bootstrap=str(self._kwargs.get("bootstrap_servers")),
+                deadline=self.deadline,
+            )
 
-        delay = self.backoff
-        for attempt in range(1, self.attempts + 1):
-            try:
-                producer = await self._started()
-                futures = [
-                    await producer.send(
-                        r.topic, r.value, key=r.key, partition=r.partition,
-                        headers=list(r.headers) or None,
-                    )
-                    for r in records
-                ]  # fmt: skip
-                await asyncio.gather(*futures)
-                self.sent += len(records)
-                return
-            except KafkaError as exc:
-                retriable = getattr(exc, "retriable", False) or type(exc).__name__ in (
-                    "KafkaTimeoutError",
-                    "KafkaConnectionError",
-                    "NotLeaderForPartitionError",
-                )
-                if not retriable or attempt == self.attempts:
-                    raise
-                log.warning(
-                    "producing %d record(s) failed (%s); attempt %d of %d in %.1fs",
-                    len(records), exc, attempt + 1, self.attempts, delay,
-                )  # fmt: skip
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
+    async def _send(self, records: Sequence[ProducedRecord]) -> None:
+        producer = await self._started()
+        futures = [
+            await producer.send(
+                r.topic, r.value, key=r.key, partition=r.partition, headers=list(r.headers) or None
+            )
+            for r in records
+        ]
+        await asyncio.gather(*futures)
 
     async def close(self) -> None:
         if self._producer is not None:
