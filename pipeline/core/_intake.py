@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -243,15 +243,18 @@ class Intake:
         out.ranges.append((rec.source, lane, rec.offset, rec.offset))
         return out
 
-    def tick(self, now: float, quiet_for: float = 0.0) -> dict[int, Output]:
+    def tick(
+        self, now: float, quiet_for: float = 0.0, busy: Collection[int] = ()
+    ) -> dict[int, Output]:
         """Let processing time pass on every partition (grace periods of quiet partitions).
 
         ``quiet_for``: only partitions not stepped or ticked in the last ``quiet_for``
-        seconds (a step ticks its partition's processors itself, with the same ``now``).
+        seconds (a step ticks its partition's processors itself, with the same ``now``);
+        ``busy``: partitions with input waiting, whose next step ticks them anyway.
         Like ``step``, each partition's tick stays open until ``commit`` or ``rollback``.
         """
         outs = {}
-        for p in self.quiet(now, quiet_for):
+        for p in self.quiet(now, quiet_for, busy):
             self.ticked_at[p] = now
             outs[p] = Output()
             for proc in self.lane(p):
@@ -261,9 +264,10 @@ class Intake:
             self._alerts(out)
         return outs
 
-    def quiet(self, now: float, quiet_for: float = 0.0) -> list[int]:
-        """The partitions not stepped or ticked in the last ``quiet_for`` seconds, in order."""
-        lanes = sorted(set(self.processors) | set(self.channels))
+    def quiet(self, now: float, quiet_for: float = 0.0, busy: Collection[int] = ()) -> list[int]:
+        """The partitions not in ``busy`` and not stepped or ticked in the last ``quiet_for``
+        seconds, in order."""
+        lanes = sorted((set(self.processors) | set(self.channels)) - set(busy))
         if not quiet_for:
             return lanes
         return [p for p in lanes if now - self.ticked_at.get(p, -math.inf) >= quiet_for]

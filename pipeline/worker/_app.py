@@ -376,11 +376,15 @@ class PipelineWorker:
         """Grace periods of partitions that went quiet, staleness on the shared watermark."""
         async with self._lock:
             now = self.clock()
-            # A lane stepped within the interval was ticked by its step: only quiet lanes are
-            # ticked. The stored batch finishes first when it holds one of them, so its state
-            # writes and records come before the tick's.
+            # A lane stepped within the interval was ticked by its step, and a lane with
+            # records waiting is about to be: only quiet lanes are ticked, so a busy worker's
+            # timer does not hold the batch step up. The stored batch finishes first when it
+            # holds one of them, so its state writes and records come before the tick's.
+            waiting = (lane_of(self.topics, t, p) for t, p in self.bulk.waiting())
+            busy = {lane for lane in waiting if lane is not None}
+            quiet = self.intake.quiet(now, self._tick_interval, busy)
             stored = self._stored.offsets if self._stored is not None else {}
-            if set(stored) & set(self.intake.quiet(now, self._tick_interval)):
+            if set(stored) & set(quiet):
                 await self._finish_stored()
             if self.gc.maybe_collect():
                 log.debug(
@@ -395,7 +399,7 @@ class PipelineWorker:
             for p in live:  # caught up since its last batch? then it holds nothing back
                 done = self.intake.next_offset(p) or 0
                 self.intake.clock.behind(p, lag(self.app, self._tp(p), done - 1) > 0)
-            outs = self.intake.tick(now, quiet_for=self._tick_interval)
+            outs = self.intake.tick(now, self._tick_interval, busy)
             out = Output()
             for partition, part in outs.items():
                 out.extend(part)

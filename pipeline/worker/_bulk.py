@@ -135,6 +135,10 @@ class BulkIntake:
             if out:
                 return out
 
+    def waiting(self) -> set[tuple[str, int]]:
+        """The (topic, partition) pairs with records queued: about to be stepped."""
+        return {(chunk.topic, chunk.partition) for chunk in self._chunks}
+
     def forget(self, tps: Iterable[tuple[str, int]]) -> int:
         """Drop queued chunks of partitions taken away (a rebalance); how many records."""
         gone = set(tps)

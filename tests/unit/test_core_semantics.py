@@ -389,3 +389,7 @@ def test_intake_tick_skips_lanes_a_step_ticked_within_quiet_for():
     assert intake.tick(NOW + 32, quiet_for=10) == {}  # partition 0 was just ticked
     everything = intake.tick(NOW + 32)  # quiet_for=0: every lane, as before
     assert sorted(everything) == [0, 1]
+    intake.commit(everything)
+    # a lane with input waiting is not quiet, however long ago it was stepped
+    assert intake.quiet(NOW + 60, quiet_for=10, busy={1}) == [0]
+    assert list(intake.tick(NOW + 60, quiet_for=10, busy={0})) == [1]

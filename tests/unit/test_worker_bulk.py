@@ -136,8 +136,11 @@ def test_forget_drops_the_queued_chunks_of_revoked_partitions() -> None:
 
     async def go() -> list[int]:
         await consumer._wait_next_records(1.0)
+        assert bulk.waiting() == {(INPUT, 0), (INPUT, 1)}
         assert bulk.forget([(INPUT, 1)]) == 2
+        assert bulk.waiting() == {(INPUT, 0)}
         return [c.partition for c in await bulk.take(100)]
 
     assert asyncio.run(go()) == [0]
     assert bulk.pending == 0
+    assert bulk.waiting() == set()

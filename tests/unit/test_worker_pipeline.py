@@ -9,7 +9,8 @@ assertions are about what happened in which order:
 - the watermark a batch reports to the alerter is the one captured when it was stored,
   not the clock's value once later batches were stepped;
 - the timer tick finishes the stored batch before writing anything of its own for the
-  batch's lanes, and leaves it alone while those lanes are busy;
+  batch's lanes, and leaves it alone while those lanes are busy (stepped within the
+  interval, or with records waiting);
 - a lane revoked between a batch's store and its finish gets no state write and no
   acknowledgement (its new owner reads the batch again).
 """
@@ -27,6 +28,7 @@ from prism.pipeline.core import InRecord
 from prism.pipeline.settings import Settings
 from prism.pipeline.worker import _app
 from prism.pipeline.worker._app import PipelineWorker
+from prism.pipeline.worker._bulk import Chunk
 from prism.runtime.simulator import FleetConfig, simulate
 
 
@@ -166,3 +168,23 @@ def test_a_lane_revoked_before_its_batch_finishes_gets_no_state_and_no_ack(worke
     assert _watermarks(produced[0])  # and its report to the alerter
     assert _state(w, produced[0]) == []
     assert acks == []
+
+
+def test_the_tick_leaves_a_lane_with_records_waiting_to_its_next_step(worker: Any) -> None:
+    w, timeline = worker
+    recs = _records(w.topics.input)
+
+    async def go() -> list[str]:
+        await _batch(w, recs)
+        w.now[0] += 5  # long past the tick interval, but lane 0 has records queued
+        w.bulk._chunks.append(Chunk(w.topics.input, 0, [], w.app.consumer_generation_id))
+        await w._tick()
+        kinds = [kind for kind, _ in timeline.steps]
+        w.bulk._chunks.clear()  # taken: lane 0 is quiet now
+        await w._tick()
+        return kinds
+
+    busy = asyncio.run(go())
+    assert busy == ["ledger"]  # neither the stored batch's finish nor a tick of lane 0
+    kinds = [kind for kind, _ in timeline.steps]
+    assert kinds[:3] == ["ledger", "produce", "ack"] and kinds.count("produce") == 2
