@@ -18,7 +18,7 @@ from typing import Any
 from prism.schemas import is_terminal_agent_event_type
 
 from ._alerts import RULE_STALE, alert_record, stale_alert
-from ._classify import DUPLICATE_SEQ, TENANT_MISMATCH, classify
+from ._classify import DUPLICATE_SEQ, TENANT_MISMATCH, Classified, classify
 from ._keyed import KeyedProcessor
 from ._rows import (
     OWNER_FIELDS,
@@ -36,6 +36,16 @@ from ._types import CoreConfig, Delivery, EventClock, LimitDeath, Output, OutRec
 __all__ = ["Processor"]
 
 _US = 1_000_000
+
+
+def _classified(run: RunState) -> Classified:
+    """``classify(run.facts)``, computed once per set of facts (a run is judged again at its
+    close, shrink and stale mark, usually with the facts it was settled with)."""
+    cached = run.classified
+    if cached is None or cached[0] != len(run.facts):
+        cached = run.classified = (len(run.facts), classify(run.facts))
+    result: Classified = cached[1]
+    return result
 
 
 class Processor(KeyedProcessor[RunState]):
@@ -165,7 +175,7 @@ class Processor(KeyedProcessor[RunState]):
     # -- settling a run -------------------------------------------------------------------
     def _settle(self, run: RunState, now: float, out: Output) -> None:
         """Classify the run's events and write what changed since it was last written."""
-        cls = classify(run.facts)
+        cls = _classified(run)
         version = run.version
         owner = {k: cls.meta.get(k) for k in OWNER_FIELDS}
         owner_sig = [owner[k] for k in OWNER_FIELDS]
@@ -304,7 +314,7 @@ class Processor(KeyedProcessor[RunState]):
                 or wm >= term["ts"] + grace_us
                 or (cfg.processing_grace and now >= term["arrived"] + cfg.grace_period_s)
             ):
-                self._close(run, view_of(run, classify(run.facts)), out)
+                self._close(run, view_of(run, _classified(run)), out)
         while self._shrink and self._shrink[0][0] <= wm:
             _, run_id = self._shrink.popleft()
             self._maybe_shrink(run_id)
@@ -329,7 +339,7 @@ class Processor(KeyedProcessor[RunState]):
         run = self.runs.get(run_id)
         if run is None or not run.closed or run.tombstone is not None:
             return
-        cls = classify(run.facts)
+        cls = _classified(run)
         if cls.missing_count:
             return  # gaps may still fill; a later close attempt queues it again
         self._save(run_id)
@@ -348,7 +358,7 @@ class Processor(KeyedProcessor[RunState]):
         self._open.discard(run.run_id)
         run.incomplete = True
         self._retire.append((self.clock.watermark_us, run.run_id))
-        out.ledger.runs.append(run_row(run, view_of(run, classify(run.facts)), timeline=True))
+        out.ledger.runs.append(run_row(run, view_of(run, _classified(run)), timeline=True))
         out.stats["incomplete"] += 1
         if run.alerts.get(RULE_STALE) != "firing":
             self._stale_alert(run, out, "firing")
@@ -358,7 +368,7 @@ class Processor(KeyedProcessor[RunState]):
         """Raise (or resolve) the alert of a run without a terminal past the stale threshold."""
         tenant = None
         if run.facts:
-            tenant = classify(run.facts).meta.get("tenant_id")
+            tenant = _classified(run).meta.get("tenant_id")
         row = stale_alert(
             run.run_id,
             tenant,

@@ -143,6 +143,9 @@ class RunState:
     last_us: int | None = None  # latest event time among accepted events
     alerts: dict[str, str] = field(default_factory=dict)  # alert rule -> state emitted
     tombstone: Tombstone | None = None
+    # (len(facts), the classification of those facts): facts only grow until they are
+    # dropped, so their count names them; never persisted, and a copy starts without it
+    classified: tuple[int, Any] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def version(self) -> int:
@@ -170,6 +173,7 @@ class RunState:
         self.facts = {}
         self.emitted = {}
         self.turns = {}
+        self.classified = None
 
     def copy(self) -> RunState:
         """An independent copy, cheap: facts are never changed once made, only replaced."""

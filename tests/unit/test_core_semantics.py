@@ -326,6 +326,33 @@ def test_closed_runs_shrink_to_tombstones_and_expire_after_retention():
     assert "r1" not in proc.runs and out.state_writes[proc.run_key("r1")] is None
 
 
+def test_a_run_is_classified_again_only_when_its_facts_change(monkeypatch):
+    from prism.pipeline.core import _processor
+
+    judged: list[int] = []  # the number of facts each classification judged
+    real = _processor.classify
+
+    def counting(facts):
+        judged.append(len(facts))
+        return real(facts)
+
+    monkeypatch.setattr(_processor, "classify", counting)
+    proc = Processor(CFG)
+    b = RunBuilder().started().turn(1).turn(2).finished()
+    events = b.events
+    proc.process(deliveries(events[:1] + events[2:]), NOW)  # seq 1 missing: no close yet
+    assert judged == [3]
+    backup = proc.runs["r1"].copy()
+    assert backup.classified is None  # a copy starts without the cache
+    proc.process(deliveries(events[1:2]), NOW)  # the gap fills: judged anew, then closed
+    assert judged == [3, 4] and proc.runs["r1"].closed
+    tick = RunBuilder("tick", start=T0 + timedelta(seconds=40)).started()
+    proc.process(deliveries(tick.events), NOW)  # past close + grace: the shrink reuses it
+    assert proc.runs["r1"].tombstone is not None
+    assert judged == [3, 4, 1]  # the third: the new run "tick"
+    assert proc.runs["r1"].classified is None
+
+
 def test_state_round_trips_through_bytes():
     b = RunBuilder().started().turn(1, usage={"inputTokens": 5})
     proc = Processor(CFG)
