@@ -21,6 +21,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from aiokafka.partitioner import DefaultPartitioner
+
 from ..retry import DEFAULT_DEADLINE, retry_transient
 
 __all__ = ["ProducedRecord", "RecordProducer"]
@@ -51,6 +53,7 @@ class RecordProducer:
         self._max_request_size = max_request_size
         self.deadline = deadline
         self._producer: Any = None
+        self._partitioner = DefaultPartitioner()
 
     async def _started(self) -> Any:
         if self._producer is None:
@@ -80,16 +83,35 @@ class RecordProducer:
             )
 
     async def _send(self, records: Sequence[ProducedRecord]) -> None:
+        """One record batch per partition (several when one is full), not a send per record:
+        aiokafka's per-record path (a future, the partitioner and the accumulator for
+        each) was most of the event loop's work on a busy worker."""
         producer = await self._started()
-        futures = [
-            await producer.send(
-                r.topic, r.value, key=r.key, partition=r.partition, headers=list(r.headers) or None
-            )
-            for r in records
-        ]
+        partitions: dict[str, list[int]] = {}  # topic -> its partitions, for keyed records
+        by_partition: dict[tuple[str, int], list[ProducedRecord]] = {}
+        for r in records:
+            partition = r.partition
+            if partition is None:
+                if r.topic not in partitions:
+                    partitions[r.topic] = sorted(await producer.partitions_for(r.topic))
+                partition = int(self._partitioner(r.key, partitions[r.topic], partitions[r.topic]))
+            by_partition.setdefault((r.topic, partition), []).append(r)
+        futures = []
+        for (topic, partition), recs in by_partition.items():
+            batch = producer.create_batch()
+            for r in recs:
+                if _append(batch, r) is None:  # full: send it and start the next one
+                    futures.append(await producer.send_batch(batch, topic, partition=partition))
+                    batch = producer.create_batch()
+                    _append(batch, r)  # an empty batch takes any record
+            futures.append(await producer.send_batch(batch, topic, partition=partition))
         await asyncio.gather(*futures)
 
     async def close(self) -> None:
         if self._producer is not None:
             await self._producer.stop()
             self._producer = None
+
+
+def _append(batch: Any, r: ProducedRecord) -> Any:
+    return batch.append(timestamp=None, key=r.key, value=r.value, headers=list(r.headers))

@@ -1,0 +1,107 @@
+"""The worker's ``RecordProducer`` against the real broker: every record lands, in order per
+partition, on the partition it names or the one its key chooses as a Java client would."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from prism.pipeline.worker._produce import ProducedRecord, RecordProducer
+
+pytestmark = pytest.mark.integration
+
+KEYS = (b"run-a", b"run-b", b"run-c", b"0197a3c8-aaaa-7bbb-8ccc-1234567890ab")
+# org.apache.kafka.common.utils.UtilsTest.testMurmur2: key -> murmur2
+JAVA_VECTORS = {
+    b"21": -973932308,
+    b"foobar": -790332482,
+    b"a-little-bit-long-string": -985981536,
+    b"a-little-bit-longer-string": -1486304829,
+    b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8": -58897971,
+    b"abc": 479470107,
+}
+
+
+def _java_murmur2(data: bytes) -> int:
+    """org.apache.kafka.common.utils.Utils.murmur2, written out independently of aiokafka."""
+    m, r = 0x5BD1E995, 24
+    h = (0x9747B28C ^ len(data)) & 0xFFFFFFFF
+    n4 = len(data) // 4
+    for i in range(n4):
+        k = int.from_bytes(data[4 * i : 4 * i + 4], "little")
+        k = (k * m) & 0xFFFFFFFF
+        k ^= k >> r
+        k = (k * m) & 0xFFFFFFFF
+        h = ((h * m) & 0xFFFFFFFF) ^ k
+    tail = data[4 * n4 :]
+    if len(tail) >= 3:
+        h ^= tail[2] << 16
+    if len(tail) >= 2:
+        h ^= tail[1] << 8
+    if tail:
+        h ^= tail[0]
+        h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 13
+    h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 15
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def _java_partition(key: bytes, partitions: int) -> int:
+    """BuiltInPartitioner.partitionForKey: toPositive(murmur2(key)) % partitions."""
+    return (_java_murmur2(key) & 0x7FFFFFFF) % partitions
+
+
+def test_the_reference_murmur2_matches_kafkas_own_test_vectors() -> None:
+    assert {k: _java_murmur2(k) for k in JAVA_VECTORS} == JAVA_VECTORS
+
+
+def test_records_land_in_order_on_their_partitions(kafka_bootstrap: str, topic_prefix: str) -> None:
+    topic = f"{topic_prefix}.produced"
+    big = b"x" * 300_000  # four of these overflow a 1 MiB record batch: several per partition
+    records = [ProducedRecord(topic, b"p2-%d" % i, big, 2) for i in range(5)]
+    records += [ProducedRecord(topic, key, b"%s-%d" % (key, i)) for i in range(4)
+                for key in KEYS]  # fmt: skip
+    records += [ProducedRecord(topic, b"p0", None, 0, (("h", b"v"),))]  # a tombstone, a header
+
+    async def scenario() -> dict[int, list[tuple[bytes | None, bytes | None, list]]]:
+        admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+        await admin.start()
+        try:
+            await admin.create_topics([NewTopic(topic, 3, 1)])
+        finally:
+            await admin.close()
+        producer = RecordProducer({"bootstrap_servers": kafka_bootstrap})
+        try:
+            await producer.send_all(records)
+        finally:
+            await producer.close()
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=kafka_bootstrap,
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+        )
+        await consumer.start()
+        try:
+            tps = [TopicPartition(topic, p) for p in range(3)]
+            consumer.assign(tps)
+            got: dict[int, list[tuple[bytes | None, bytes | None, list]]] = {0: [], 1: [], 2: []}
+            while sum(map(len, got.values())) < len(records):
+                fetched = await consumer.getmany(*tps, timeout_ms=10_000)
+                assert fetched, f"only {sum(map(len, got.values()))} of {len(records)} arrived"
+                for tp, recs in fetched.items():
+                    got[tp.partition] += [(r.key, r.value, list(r.headers)) for r in recs]
+            return got
+        finally:
+            await consumer.stop()
+
+    got = asyncio.run(scenario())
+    expected: dict[int, list[tuple[bytes | None, bytes | None, list]]] = {0: [], 1: [], 2: []}
+    for r in records:
+        p = r.partition if r.partition is not None else _java_partition(r.key or b"", 3)
+        expected[p].append((r.key, r.value, list(r.headers)))
+    assert len({_java_partition(k, 3) for k in KEYS}) > 1  # the keys spread: the test can fail
+    assert got == expected
