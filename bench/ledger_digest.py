@@ -1,0 +1,118 @@
+"""The ledger a simulated fleet produces, as row counts and digests per table.
+
+A change to the worker's speed must not change the bill. This runs a fixed fleet (seed
+20261130; ``--chaos`` adds duplicates, reordering, post-terminal and conflicting events,
+malformed and oversized values, hostile tenants, guardrail denials, a limit-death burst
+and channel operations) through the same store step as the stage benchmark (``Intake``
+over 4 partitions in batches, ``LedgerStore`` -> ``LedgerWriter`` -> chDB), with a fixed
+processing clock, then reads every storage table back in full, sorted on all its columns,
+and prints per table the number of rows and a SHA-256 of their values. Run it on two
+checkouts and compare the output: identical digests mean row-for-row identical ledgers.
+
+Run: ``.venv/bin/python -m bench.ledger_digest [--events N] [--batch B] [--chaos]``
+(default 100,000 events in batches of 5,000). chDB hosts one engine per process, so the
+measuring part runs in a child process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import sys
+import tempfile
+from collections import defaultdict
+from typing import Any
+
+from bench._child import run_child
+
+SEED = 20261130
+EVENTS_PER_RUN = 14
+PARTITIONS = 4
+NOW = 1_800_000_000.0  # the processing clock: fixed, so grace and staleness are too
+CHAOS = {
+    "duplicates": 0.03,
+    "reorder_window": 8,
+    "post_terminal": 0.02,
+    "conflicting_terminals": 0.02,
+    "malformed": 0.01,
+    "oversized": 0.002,
+    "hostile": 0.02,
+    "guardrail_denials": 0.02,
+    "limit_death_burst": 20,
+    "channel_operations": 300,
+}
+
+
+def digest(events: int, batch: int = 5000, chaos: bool = False) -> dict[str, Any]:
+    """{table: [rows, sha256 of the sorted rows]} of the fleet's ledger (child process)."""
+    args = ["--events", str(events), "--batch", str(batch)] + (["--chaos"] if chaos else [])
+    rows = run_child("bench.ledger_digest", *args)
+    return {r["table"]: [r["rows"], r["sha256"]] for r in rows}
+
+
+def _child(events: int, batch: int, chaos: bool) -> list[dict[str, Any]]:
+    from prism import sinks
+    from prism.pipeline._store import LedgerStore, open_ledger
+    from prism.pipeline.core import InRecord, Intake, Output
+    from prism.pipeline.settings import Settings
+    from prism.runtime.simulator import FleetConfig, simulate
+    from prism.sinks._tables import STORAGE_TABLES
+
+    config = FleetConfig(
+        runs=max(1, events // EVENTS_PER_RUN), seed=SEED, **(CHAOS if chaos else {})
+    )
+    parts: dict[int, list[Any]] = defaultdict(list)
+    for rec in simulate(config).records:
+        p = (sum(rec.key) if rec.key else 0) % PARTITIONS
+        parts[p].append(InRecord(rec.value, "digest.agent-events", p, len(parts[p]), rec.key, None))
+    with tempfile.TemporaryDirectory(prefix="prism-ledger-digest-") as tmp:
+        settings = Settings.model_validate({"clickhouse_dsn": f"chdb://{tmp}/ledger"})
+        client = open_ledger(settings)
+        store = LedgerStore(sinks.LedgerWriter(client, settings.clickhouse_database))
+        intake = Intake(settings.core_config(), max_event_bytes=settings.max_event_bytes)
+        per = max(1, batch // PARTITIONS)
+        for i in range(0, max(map(len, parts.values())), per):
+            chunk = {p: recs[i : i + per] for p, recs in parts.items() if recs[i : i + per]}
+            out = Output()
+            for p, recs in chunk.items():
+                out.extend(intake.step(p, recs, NOW + i))
+            store(out)
+            intake.commit(list(chunk))
+        store(intake.finalize(NOW + 10_000_000))
+        rows = []
+        for table, cls in STORAGE_TABLES.values():
+            columns = ", ".join(f.name for f in dataclasses.fields(cls))
+            found = client.query(
+                f"SELECT {columns} FROM {settings.clickhouse_database}.{table} ORDER BY {columns}"
+            ).result_rows
+            h = hashlib.sha256()
+            for row in found:
+                h.update(repr(row).encode())
+            rows.append({"table": table, "rows": len(found), "sha256": h.hexdigest()})
+        client.close()
+    return rows
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.ledger_digest",
+        description="Print the row count and SHA-256 of every ledger table a fixed simulated "
+        "fleet produces; compare the output of two checkouts.",
+    )
+    parser.add_argument("--events", type=int, default=100_000, help="fleet size (default 100000)")
+    parser.add_argument("--batch", type=int, default=5000, help="events per batch (default 5000)")
+    parser.add_argument("--chaos", action="store_true", help="the fleet with every fault injected")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.events < 1 or args.batch < 1:
+        parser.error(f"--events and --batch must be positive (got {args.events}, {args.batch})")
+    if args.child:
+        print(json.dumps(_child(args.events, args.batch, args.chaos)))
+        return
+    print(json.dumps(digest(args.events, args.batch, args.chaos), indent=1, sort_keys=True))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
