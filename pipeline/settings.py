@@ -272,6 +272,20 @@ class Settings(BaseSettings):
     def topics(self) -> Topics:
         return Topics.from_prefix(self.topic_prefix)
 
+    @property
+    def max_record_bytes(self) -> int:
+        """The largest record the workers produce (a dead-lettered event with its headers,
+        a run's state, a closed run's timeline): twice the largest event, at least 1 MiB.
+        Every pipeline topic accepts it (``topics.ensure_topics`` sets max.message.bytes)."""
+        return max(1_048_576, self.max_event_bytes * 2)
+
+    @property
+    def max_state_bytes(self) -> int:
+        """The largest run state a batch may leave (one changelog record): a step that would
+        leave more is refused and its record dead-lettered (contract rule 15). 64 KiB below
+        ``max_record_bytes``: room for the timer's small changes and the record's framing."""
+        return self.max_record_bytes - 65_536
+
     def core_config(self, *, processing_grace: bool = True) -> CoreConfig:
         """The run-semantics knobs (file replays pass ``processing_grace=False``)."""
         return CoreConfig(

@@ -49,12 +49,15 @@ async def _ensure_topics(settings: Settings, extra: dict[str, int] | None) -> li
     try:
         await admin.start()
         existing = set(await admin.list_topics())
+        # every record the pipeline reads or writes fits, whatever the broker's default
+        # (1 MiB unless message.max.bytes says otherwise): the batch framing on top
+        sized = {"max.message.bytes": str(settings.max_record_bytes + 65_536)}
         new = [
             NewTopic(
                 n,
                 p,
                 settings.replication_factor,
-                topic_configs={"cleanup.policy": "compact"} if n in compacted else {},
+                topic_configs=sized | ({"cleanup.policy": "compact"} if n in compacted else {}),
             )
             for n, p in wanted.items()
             if n not in existing

@@ -131,8 +131,7 @@ class PipelineWorker:
         self.state = raw_table(self.app, "run-state", settings.partitions)
         self._changelog = self.state.changelog_topic.get_topic_name()
         self.producer = RecordProducer(
-            settings.aiokafka_kwargs(),
-            max_request_size=max(1_048_576, settings.max_event_bytes * 2),
+            settings.aiokafka_kwargs(), max_request_size=settings.max_record_bytes
         )
         self.alert_state = raw_table(self.app, "alert-state", 1)
         self.intake = Intake(settings.core_config(), max_event_bytes=settings.max_event_bytes)
@@ -246,7 +245,7 @@ class PipelineWorker:
         size = sum(map(len, ordered.values()))
         with self.telemetry.insert_span(size):
             storing = asyncio.to_thread(
-                store_isolating, self.intake, ordered, self.clock(), self.store
+                store_isolating, self.intake, ordered, self.clock(), self._store_bounded
             )
             if self._stored is None:
                 out = await storing
@@ -255,6 +254,22 @@ class PipelineWorker:
         self.telemetry.acknowledged(out.event_ts)
         offsets = {p: (recs[0].offset, recs[-1].offset) for p, recs in ordered.items()}
         self._stored = _Stored(out, offsets, self.intake.clock.watermark_us)
+
+    def _store_bounded(self, out: Output) -> None:
+        """The batch step's store: refuses a step that would leave a state larger than one
+        changelog record holds (before any insert), so ``store_isolating`` dead-letters the
+        record that makes it so (``unstorable``) and the partition moves on (rule 15);
+        otherwise stores as usual."""
+        limit = self.settings.max_state_bytes
+        for key, value in out.state_writes.items():
+            if value is not None and len(value) > limit:
+                name = key.split("\x1f", 2)[-1]
+                raise PermanentStoreError(
+                    f"the state of {name!r} would be {len(value):,} "
+                    f"bytes, more than the {limit:,} a changelog record holds "
+                    "(PRISM_MAX_EVENT_BYTES sets it)"
+                )
+        self.store(out)
 
     async def _finish_stored(self, gone: frozenset[int] = frozenset()) -> None:
         """Steps 3-4 of the batch last stored: produce records and state, acknowledge.

@@ -22,7 +22,7 @@ def test_topics_and_the_table_changelogs_are_created_once(
     )
     group = settings.consumer_group
 
-    async def scenario() -> tuple[list[str], list[str], dict[str, tuple[int, str]]]:
+    async def scenario() -> tuple[list[str], list[str], dict[str, tuple[int, str, int]]]:
         first = await ensure_topics(settings)
         again = await ensure_topics(settings)
         admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
@@ -35,20 +35,24 @@ def test_topics_and_the_table_changelogs_are_created_once(
             configs = await admin.describe_configs(
                 [ConfigResource(ConfigResourceType.TOPIC, n) for n in names]
             )
-            policy = {
-                res[3]: dict((e[0], e[1]) for e in res[4])["cleanup.policy"]
-                for r in configs
-                for res in r.resources
+            found_configs = {
+                res[3]: dict((e[0], e[1]) for e in res[4]) for r in configs for res in r.resources
             }
-            return first, again, {n: (described[n], policy[n]) for n in names}
+            return first, again, {
+                n: (described[n], found_configs[n]["cleanup.policy"],
+                    int(found_configs[n]["max.message.bytes"]))
+                for n in names
+            }  # fmt: skip
         finally:
             await admin.close()
 
     first, again, topics = asyncio.run(scenario())
     assert again == []
     assert f"{group}-run-state-changelog" in first
+    # every topic takes the largest record a worker writes, whatever the broker's default
+    size = settings.max_record_bytes + 65_536
     assert topics == {
-        f"{group}-run-state-changelog": (3, "compact"),
-        f"{group}-alert-state-changelog": (1, "compact"),
-        settings.topics.input: (3, "delete"),
+        f"{group}-run-state-changelog": (3, "compact", size),
+        f"{group}-alert-state-changelog": (1, "compact", size),
+        settings.topics.input: (3, "delete", size),
     }

@@ -188,3 +188,32 @@ def test_the_tick_leaves_a_lane_with_records_waiting_to_its_next_step(worker: An
     assert busy == ["ledger"]  # neither the stored batch's finish nor a tick of lane 0
     kinds = [kind for kind, _ in timeline.steps]
     assert kinds[:3] == ["ledger", "produce", "ack"] and kinds.count("produce") == 2
+
+
+def test_an_event_that_would_outgrow_a_changelog_record_is_dead_lettered(worker: Any) -> None:
+    """Rule 15: a run whose state would not fit in one record must not stop the partition."""
+    from tests.fixtures.runs import RunBuilder
+
+    w, timeline = worker
+    b = RunBuilder("big").started()
+    for _ in range(3):  # each under max_event_bytes; their facts together are not
+        b.add("custom.blob", {"notes": "x" * 700_000})
+    b.finished()
+    small = RunBuilder("small").started().finished()
+    values = [orjson.dumps(e) for e in b.events + small.events]
+    recs = [InRecord(v, w.topics.input, 0, i, None, None) for i, v in enumerate(values)]
+
+    async def go() -> None:
+        await _batch(w, recs)
+        await w._finish_stored()
+
+    asyncio.run(go())
+    produced = [r for kind, step in timeline.steps if kind == "produce" for r in step]
+    dlq = [r for r in produced if r.topic == w.topics.dlq]
+    assert [r.value for r in dlq] == [values[3]]  # the blob that would take it over the limit
+    headers = dict(dlq[0].headers)
+    assert headers["reason-code"] == b"unstorable"
+    assert b"changelog record" in headers["reason"] and b"'big'" in headers["reason"]
+    state = _state(w, produced)
+    assert state and max(len(r.value or b"") for r in state) <= w.settings.max_state_bytes
+    assert [step for kind, step in timeline.steps if kind == "ack"] == [(0, 0, len(recs) - 1)]
