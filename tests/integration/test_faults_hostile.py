@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 import orjson
 import pytest
@@ -86,3 +87,34 @@ def test_a_poison_record_is_dead_lettered_and_its_partition_keeps_flowing(lab: F
     assert later and any(
         orjson.loads(m.value)["eventId"] in report.event_ids for m in later if m.value
     )
+
+
+@pytest.mark.timeout(300)
+def test_a_run_outgrowing_a_changelog_record_is_cut_there_and_its_partition_keeps_flowing(
+    lab: FaultLab,
+) -> None:
+    """Three valid 700 KB events of one run make a state no changelog record can hold: the
+    one that would make it so is dead-lettered ``unstorable``, everything else is stored."""
+    from prism.runtime.simulator import FleetRecord
+    from tests.fixtures.runs import RunBuilder
+
+    fleet = simulate(FleetConfig(runs=30, seed=8, partitions=PARTITIONS))
+    b = RunBuilder("big-run").started()
+    for _ in range(3):
+        b.add("custom.blob", {"notes": "x" * 700_000})
+    b.finished()
+    now_ms = int(time.time() * 1000)
+    big = [FleetRecord(b"big-run", orjson.dumps(e), (), "valid", now_ms, e) for e in b.events]
+    s = lab.settings("w", partitions=PARTITIONS)
+    lab.publish(fleet, s, records=fleet.records + big)
+    w = lab.worker(s, "w")
+    lab.drain(w, s)
+    assert w.running, w.tail_log()
+    assert w.stop() == 0
+    dlq = [m for m in read_topic(s, s.topics.dlq) if m.key == b"big-run"]
+    assert [m.value for m in dlq] == [big[3].value]
+    headers = {k: v.decode() for k, v in dlq[0].headers}
+    assert headers["reason-code"] == "unstorable" and "changelog record" in headers["reason"]
+    report = ledger_report(s, lab.tmp)
+    assert {e["eventId"] for e in b.events} - report.event_ids == {b.events[3]["eventId"]}
+    assert report.events == fleet.manifest["counts"]["applied_events"] + len(big) - 1
