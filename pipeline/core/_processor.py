@@ -41,11 +41,9 @@ _US = 1_000_000
 def _classified(run: RunState) -> Classified:
     """``classify(run.facts)``, computed once per set of facts (a run is judged again at its
     close, shrink and stale mark, usually with the facts it was settled with)."""
-    cached = run.classified
-    if cached is None or cached[0] != len(run.facts):
-        cached = run.classified = (len(run.facts), classify(run.facts))
-    result: Classified = cached[1]
-    return result
+    if run.classified is None or run.classified[0] != len(run.facts):
+        run.classified = (len(run.facts), classify(run.facts))
+    return run.classified[1]
 
 
 class Processor(KeyedProcessor[RunState]):

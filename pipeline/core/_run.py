@@ -23,11 +23,14 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from prism.schemas import AgentEvent
+
+if TYPE_CHECKING:  # _classify imports this module
+    from ._classify import Classified
 
 __all__ = ["ENVELOPE_FIELDS", "RunState", "Tombstone", "fact_of", "from_us", "id_hash", "to_us"]
 
@@ -145,7 +148,9 @@ class RunState:
     tombstone: Tombstone | None = None
     # (len(facts), the classification of those facts): facts only grow until they are
     # dropped, so their count names them; never persisted, and a copy starts without it
-    classified: tuple[int, Any] | None = field(default=None, init=False, repr=False, compare=False)
+    classified: tuple[int, Classified] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     @property
     def version(self) -> int:
