@@ -52,6 +52,7 @@ log = logging.getLogger("prism.settings")
 
 _TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
 _DAY = 86_400.0
+RECORD_MARGIN_BYTES = 65_536  # a record batch's framing and the timer's small state changes
 # PRISM_* variables read by the dev tools and tests, not by the settings.
 TOOL_VARIABLES = frozenset(
     {"PRISM_KAFKA_PORT", "PRISM_KAFKA_STATE_DIR", "PRISM_KAFKA_HOME", "PRISM_TEST_KAFKA_BOOTSTRAP"}
@@ -282,9 +283,14 @@ class Settings(BaseSettings):
     @property
     def max_state_bytes(self) -> int:
         """The largest run state a batch may leave (one changelog record): a step that would
-        leave more is refused and its record dead-lettered (contract rule 15). 64 KiB below
-        ``max_record_bytes``: room for the timer's small changes and the record's framing."""
-        return self.max_record_bytes - 65_536
+        leave more is refused and its record dead-lettered (contract rule 15). A margin
+        below ``max_record_bytes``: room for the timer's small changes and the framing."""
+        return self.max_record_bytes - RECORD_MARGIN_BYTES
+
+    @property
+    def max_message_bytes(self) -> int:
+        """The topics' max.message.bytes: ``max_record_bytes`` plus a batch's framing."""
+        return self.max_record_bytes + RECORD_MARGIN_BYTES
 
     def core_config(self, *, processing_grace: bool = True) -> CoreConfig:
         """The run-semantics knobs (file replays pass ``processing_grace=False``)."""

@@ -51,7 +51,7 @@ async def _ensure_topics(settings: Settings, extra: dict[str, int] | None) -> li
         existing = set(await admin.list_topics())
         # every record the pipeline reads or writes fits, whatever the broker's default
         # (1 MiB unless message.max.bytes says otherwise): the batch framing on top
-        sized = {"max.message.bytes": str(settings.max_record_bytes + 65_536)}
+        sized = {"max.message.bytes": str(settings.max_message_bytes)}
         new = [
             NewTopic(
                 n,
