@@ -74,17 +74,25 @@ class _Timers:
         return wrapper
 
 
-def _fleet(events: int) -> dict[int, list[Any]]:
-    """The simulated fleet as the worker's input records, keyed over the partitions."""
+def keyed_records(config: Any, source: str, partitions: int = PARTITIONS) -> dict[int, list[Any]]:
+    """A simulated fleet (``FleetConfig``) as the worker's input records of ``source``, keyed
+    over ``partitions`` (by the sum of the key's bytes), offsets from 0 per partition."""
     from prism.pipeline.core import InRecord
-    from prism.runtime.simulator import FleetConfig, simulate
+    from prism.runtime.simulator import simulate
 
-    fleet = simulate(FleetConfig(runs=max(1, events // EVENTS_PER_RUN), seed=SEED))
     parts: dict[int, list[Any]] = defaultdict(list)
-    for rec in fleet.records:
-        p = (sum(rec.key) if rec.key else 0) % PARTITIONS
-        parts[p].append(InRecord(rec.value, "bench.agent-events", p, len(parts[p]), rec.key, None))
+    for rec in simulate(config).records:
+        p = (sum(rec.key) if rec.key else 0) % partitions
+        parts[p].append(InRecord(rec.value, source, p, len(parts[p]), rec.key, None))
     return parts
+
+
+def _fleet(events: int) -> dict[int, list[Any]]:
+    """The simulated fleet without chaos as the worker's input records."""
+    from prism.runtime.simulator import FleetConfig
+
+    config = FleetConfig(runs=max(1, events // EVENTS_PER_RUN), seed=SEED)
+    return keyed_records(config, "bench.agent-events")
 
 
 def _rss_mib() -> float:

@@ -22,7 +22,6 @@ import hashlib
 import json
 import sys
 import tempfile
-from collections import defaultdict
 from typing import Any
 
 from bench._child import run_child
@@ -53,20 +52,18 @@ def digest(events: int, batch: int = 5000, chaos: bool = False) -> dict[str, Any
 
 
 def _child(events: int, batch: int, chaos: bool) -> list[dict[str, Any]]:
+    from bench.bench_stages import keyed_records
     from prism import sinks
     from prism.pipeline._store import LedgerStore, open_ledger
-    from prism.pipeline.core import InRecord, Intake, Output
+    from prism.pipeline.core import Intake, Output
     from prism.pipeline.settings import Settings
-    from prism.runtime.simulator import FleetConfig, simulate
+    from prism.runtime.simulator import FleetConfig
     from prism.sinks._tables import STORAGE_TABLES
 
     config = FleetConfig(
         runs=max(1, events // EVENTS_PER_RUN), seed=SEED, **(CHAOS if chaos else {})
     )
-    parts: dict[int, list[Any]] = defaultdict(list)
-    for rec in simulate(config).records:
-        p = (sum(rec.key) if rec.key else 0) % PARTITIONS
-        parts[p].append(InRecord(rec.value, "digest.agent-events", p, len(parts[p]), rec.key, None))
+    parts = keyed_records(config, "digest.agent-events", PARTITIONS)
     with tempfile.TemporaryDirectory(prefix="prism-ledger-digest-") as tmp:
         settings = Settings.model_validate({"clickhouse_dsn": f"chdb://{tmp}/ledger"})
         client = open_ledger(settings)
