@@ -24,6 +24,14 @@ timer tick that ticks one of N's lanes and when no batch is waiting, so records,
 writes and acknowledgements keep the batches' order, and no state or watermark of a
 batch not yet in the ledger is ever written.
 
+Rebalances (``_settle``): the run state in memory is valid for one rebalance epoch, the
+span between two rebalances. While one is under way nothing is stepped (a batch taken
+before it is dropped unacknowledged, the timer waits): the consumer's generation still
+reads as the old one until the join completes, and the table holds only what its last
+recovery read, not the state this worker wrote since. The first step of a new epoch
+forgets every lane and restores each from the recovered table; a batch stepped in an
+earlier epoch gets no state writes and no acknowledgement (its records are read again).
+
 Limit deaths (and each partition's watermark) go through the single-partition
 ``<prefix>.limit-deaths`` topic, so one alerter sees every tenant's deaths.
 """
@@ -75,6 +83,7 @@ from ._faust import (
     note_inbound,
     raw_table,
     raw_topic,
+    rebalance_epoch,
 )
 from ._gc import GcPolicy
 from ._lanes import lane_of, source_of
@@ -97,6 +106,7 @@ class _Stored:
     out: Output
     offsets: dict[int, tuple[int, int]]  # lane -> first and last offset of the batch
     watermark_us: int  # the pipeline watermark right after the batch was stepped
+    epoch: int  # the rebalance epoch it was stepped in
 
 
 def _record(topic: str, rec: OutRecord, partition: int | None = None) -> ProducedRecord:
@@ -148,6 +158,7 @@ class PipelineWorker:
         self.alerter: ExhaustionAlerter | None = None
         self._loaded: set[int] = set()
         self._revoked: set[int] = set()
+        self._epoch: int | None = None  # the rebalance epoch of the lanes in memory
         self._lock = asyncio.Lock()
         self.gc = GcPolicy()
         self._stored: _Stored | None = None  # stored in the ledger, steps 3-4 to come
@@ -204,12 +215,12 @@ class PipelineWorker:
                 async with self._lock:
                     if self._stopping:
                         return  # not stored, not acknowledged: delivered again after a restart
-                    if chunks[0].generation != self.app.consumer_generation_id:
-                        # a rebalance since the fetch: these may belong to another worker now
-                        self.stats["records_dropped_rebalance"] += size
-                        return
+                    # a rebalance since the fetch, or one under way: these may belong to
+                    # another worker now, and their state is not recovered yet
+                    current = chunks[0].generation == self.app.consumer_generation_id
                     with self.gc.batch():
-                        await self._handle_batch(batches)
+                        if not (current and await self._handle_batch(batches)):
+                            self.stats["records_dropped_rebalance"] += size
         except LedgerUnavailable:
             if not self._stopping:
                 raise
@@ -226,7 +237,12 @@ class PipelineWorker:
         async for _event in stream:
             die("faust delivered an input record past the bulk intake", log)
 
-    async def _handle_batch(self, batches: dict[int, list[InRecord]]) -> None:
+    async def _handle_batch(self, batches: dict[int, list[InRecord]]) -> bool:
+        """Steps 1-2 of a batch (steps 3-4 of the one before beside step 2); False, with
+        nothing done, while a rebalance is under way."""
+        epoch = self._settle()
+        if epoch is None:
+            return False
         gone = frozenset(self._revoked)  # the stored batch's state and offsets are not ours
         self._forget_revoked()
         self.last_offset.update((p, recs[-1].offset) for p, recs in batches.items())
@@ -253,7 +269,20 @@ class PipelineWorker:
                 out, _ = await asyncio.gather(storing, self._finish_stored(gone))
         self.telemetry.acknowledged(out.event_ts)
         offsets = {p: (recs[0].offset, recs[-1].offset) for p, recs in ordered.items()}
-        self._stored = _Stored(out, offsets, self.intake.clock.watermark_us)
+        self._stored = _Stored(out, offsets, self.intake.clock.watermark_us, epoch)
+        return True
+
+    def _settle(self) -> int | None:
+        """Called under the lock before a step: the rebalance epoch, or None while a
+        rebalance is under way (no step then). In a new epoch every lane is forgotten
+        first; each is restored from the recovered table when next stepped."""
+        epoch = rebalance_epoch(self.app)
+        if epoch is not None and epoch != self._epoch:
+            self._revoked.update(self._loaded, self.last_offset)
+            self._revoked.update(self.intake.processors, self.intake.channels)
+            self._forget_revoked()
+            self._epoch = epoch
+        return epoch
 
     def _store_bounded(self, out: Output) -> None:
         """The batch step's store: refuses a step that would leave a state larger than one
@@ -275,17 +304,22 @@ class PipelineWorker:
         """Steps 3-4 of the batch last stored: produce records and state, acknowledge.
 
         Lanes revoked since it was stored (``gone``, or still in ``_revoked``) get neither
-        state writes nor acknowledgements: their new owner reads them again.
+        state writes nor acknowledgements: their new owner reads them again. Nor does any
+        lane once a rebalance has begun since the batch was stepped (all are revoked).
         """
         stored, self._stored = self._stored, None
         if stored is None:
             return
         out = stored.out
-        skip = gone | self._revoked
+        skip: set[int] = set(gone | self._revoked)
+        if rebalance_epoch(self.app) != stored.epoch:
+            skip.update(stored.offsets)
+            self.stats["batches_unacknowledged_rebalance"] += 1
         await self._publish(out, skip, stored.offsets, stored.watermark_us)
-        for partition, (first, last) in stored.offsets.items():  # faust may commit them
-            if partition not in skip and partition not in self._revoked:
-                acknowledge(self.app, self._tp(partition), first, last)
+        if rebalance_epoch(self.app) == stored.epoch:  # none began while they were sent
+            for partition, (first, last) in stored.offsets.items():  # faust may commit them
+                if partition not in skip and partition not in self._revoked:
+                    acknowledge(self.app, self._tp(partition), first, last)
         await self._after(out)
 
     async def _without_gaps(
@@ -390,6 +424,8 @@ class PipelineWorker:
     async def _tick(self) -> None:
         """Grace periods of partitions that went quiet, staleness on the shared watermark."""
         async with self._lock:
+            if self._settle() is None:
+                return  # nothing is this worker's until the rebalance is over
             now = self.clock()
             # A lane stepped within the interval was ticked by its step, and a lane with
             # records waiting is about to be: only quiet lanes are ticked, so a busy worker's

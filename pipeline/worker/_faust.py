@@ -10,7 +10,8 @@ Everything here that touches faust internals is named and kept in one place, pin
   does per message: records of the bulk intake (``_bulk``) and offsets the worker read back
   itself. Without it the consumer never commits past them: its commit offset stops at the
   first offset it did not see acknowledged, and the group's lag never drains;
-- ``note_inbound`` tells faust's monitor a partition is processed (its slow-stream checks).
+- ``note_inbound`` tells faust's monitor a partition is processed (its slow-stream checks);
+- ``rebalance_epoch`` reads the app's rebalance count and whether one is under way.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ __all__ = [
     "note_inbound",
     "raw_table",
     "raw_topic",
+    "rebalance_epoch",
 ]
 
 _RAW: dict[str, Any] = {
@@ -98,6 +100,21 @@ def note_inbound(app: faust.App, tp: Any, end_offset: int | None) -> None:
     monitor.stream_inbound_time[tp] = time.monotonic()
     if end_offset is not None:
         monitor.track_tp_end_offset(tp, end_offset)
+
+
+def rebalance_epoch(app: faust.App) -> int | None:
+    """How many rebalances the app has begun, or None while one is under way.
+
+    A rebalance is under way from the moment the consumer revokes its partitions (faust's
+    ``on_rebalance_start``, called before the revoke handlers) until the table recovery of
+    the new assignment is complete and the streams resume (``on_rebalance_end``). Inside
+    that span the consumer's generation is still the old one for a while (it changes only
+    when the join completes), the assignment may already be the new one, and the tables
+    hold what the last recovery read, not what the worker wrote since: nothing taken then
+    belongs to a settled assignment.
+    """
+    a: Any = app
+    return None if a.rebalancing else int(a.rebalancing_count)
 
 
 def committed_offset(app: faust.App, tp: Any) -> int | None:

@@ -17,7 +17,7 @@ import faust
 from faust.transport.consumer import Consumer
 from faust.types import TP
 
-from prism.pipeline.worker._faust import acknowledge, committed_offset
+from prism.pipeline.worker._faust import acknowledge, committed_offset, rebalance_epoch
 
 TOPIC_TP = TP("t.prism.agent-events", 3)
 
@@ -90,3 +90,27 @@ def test_the_current_event_context_variable_is_where_tables_read_it() -> None:
     assert base.current_event.__module__ == "faust.streams"
     assert _current_event.name == "current_event"
     assert faust.__version__ == "0.15.3", "faust internals are pinned: re-check this module"
+
+
+def test_a_rebalance_is_under_way_from_the_revoke_until_recovery_resumes_the_streams() -> None:
+    # rebalance_epoch reads faust's rebalancing flag and count: set before the revoke
+    # handlers run, cleared once the tables are recovered. The consumer's generation moves
+    # only when the join completes, in between: it alone cannot tell a batch is stale.
+    from faust.tables.recovery import Recovery
+    from faust.transport.drivers.aiokafka import ConsumerRebalanceListener
+
+    app = faust.App("prism-internals-test")
+    assert rebalance_epoch(app) == 0
+    app.on_rebalance_start()
+    assert rebalance_epoch(app) is None
+    app.on_rebalance_end()
+    assert rebalance_epoch(app) == 1
+    revoked = inspect.getsource(ConsumerRebalanceListener.on_partitions_revoked)
+    handlers = revoked.index("thread.on_partitions_revoked(")
+    assert revoked.index("app.on_rebalance_start()") < handlers
+    assert "consumer_generation_id = generation" in inspect.getsource(
+        ConsumerRebalanceListener.on_partitions_assigned
+    )
+    for done in (Recovery.on_recovery_completed, Recovery._resume_streams):
+        source = inspect.getsource(done)
+        assert source.index("resume_flow()") < source.index("app.on_rebalance_end()")

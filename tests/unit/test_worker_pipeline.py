@@ -12,12 +12,15 @@ assertions are about what happened in which order:
   batch's lanes, and leaves it alone while those lanes are busy (stepped within the
   interval, or with records waiting);
 - a lane revoked between a batch's store and its finish gets no state write and no
-  acknowledgement (its new owner reads the batch again).
+  acknowledgement (its new owner reads the batch again);
+- nothing is stepped while a rebalance is under way, and a batch stepped before one began
+  gets no state write and no acknowledgement after it, even when its lane comes back.
 """
 
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 from typing import Any
 
 import orjson
@@ -168,6 +171,59 @@ def test_a_lane_revoked_before_its_batch_finishes_gets_no_state_and_no_ack(worke
     assert _watermarks(produced[0])  # and its report to the alerter
     assert _state(w, produced[0]) == []
     assert acks == []
+
+
+def _all_lanes(w: PipelineWorker) -> set[TP]:
+    return {TP(w.topics.input, p) for p in range(w.settings.partitions)}
+
+
+def test_a_batch_that_waited_out_the_start_of_a_rebalance_is_dropped(worker: Any) -> None:
+    # The revoke comes while the batch waits for the lock; the consumer's generation still
+    # reads as the old one until the join completes, so only the rebalance itself tells.
+    w, timeline = worker
+    recs = _records(w.topics.input)
+    fetched = [
+        SimpleNamespace(value=r.value, topic=r.source, partition=0, offset=r.offset, key=r.key,
+                        headers=[])
+        for r in recs
+    ]  # fmt: skip
+    chunk = Chunk(w.topics.input, 0, fetched, w.app.consumer_generation_id)
+
+    async def go() -> None:
+        async with w._lock:  # a tick holds it
+            waiting = asyncio.ensure_future(w.handle_chunks([chunk]))
+            await asyncio.sleep(0.05)
+            w.app.on_rebalance_start()
+            await w._on_revoked(w.app, _all_lanes(w))
+        await waiting
+        await w._tick()  # nor does the timer step anything until the rebalance is over
+
+    asyncio.run(go())
+    assert timeline.steps == []
+    assert w.stats["records_dropped_rebalance"] == len(recs)
+    assert not w._loaded and not w.intake.processors  # no lane restored from the old table
+
+
+def test_a_batch_stepped_before_a_rebalance_gets_no_state_or_ack_after_it(worker: Any) -> None:
+    w, timeline = worker
+    recs = _records(w.topics.input)
+    half = len(recs) // 2
+
+    async def go() -> None:
+        await _batch(w, recs[:half])  # in the ledger, steps 3-4 to come
+        w.app.on_rebalance_start()
+        await w._on_revoked(w.app, _all_lanes(w))
+        w.app.on_rebalance_end()  # lane 0 is this worker's again, its table recovered
+        await w._tick()
+        await _batch(w, recs)  # delivered again from the last commit
+
+    asyncio.run(go())
+    produced = [step for kind, step in timeline.steps if kind == "produce"]
+    acks = [step for kind, step in timeline.steps if kind == "ack"]
+    assert len(produced) == 1  # the first batch's records go out: its rows are in the ledger
+    assert _state(w, produced[0]) == []
+    assert acks == []
+    assert w.stats["batches_unacknowledged_rebalance"] == 1
 
 
 def test_the_tick_leaves_a_lane_with_records_waiting_to_its_next_step(worker: Any) -> None:
