@@ -25,10 +25,11 @@ writes and acknowledgements keep the batches' order, and no state or watermark o
 batch not yet in the ledger is ever written.
 
 Rebalances (``_settle``): the run state in memory is valid for one rebalance epoch, the
-span between two rebalances. While one is under way nothing is stepped (a batch taken
-before it is dropped unacknowledged, the timer waits): the consumer's generation still
-reads as the old one until the join completes, and the table holds only what its last
-recovery read, not the state this worker wrote since. The first step of a new epoch
+span between two rebalances. While one is under way nothing is stepped: the consumer's
+generation still reads as the old one until the join completes, and the table holds only
+what its last recovery read, not the state this worker wrote since. A batch waits for the
+end, then is stepped if it was fetched in the new generation, else dropped (faust sought
+back to the committed offsets after its fetch); the timer waits too. The first step of a new epoch
 forgets every lane and restores each from the recovered table; a batch stepped in an
 earlier epoch gets no state writes and no acknowledgement (its records are read again).
 
@@ -212,15 +213,21 @@ class PipelineWorker:
         traceparents = [r.traceparent for recs in batches.values() for r in recs]
         try:
             with self.telemetry.batch_span(size, traceparents):
-                async with self._lock:
-                    if self._stopping:
-                        return  # not stored, not acknowledged: delivered again after a restart
-                    # a rebalance since the fetch, or one under way: these may belong to
-                    # another worker now, and their state is not recovered yet
-                    current = chunks[0].generation == self.app.consumer_generation_id
-                    with self.gc.batch():
-                        if not (current and await self._handle_batch(batches)):
+                while True:
+                    async with self._lock:
+                        if self._stopping:
+                            return  # not stored, not acknowledged: delivered after a restart
+                        if chunks[0].generation != self.app.consumer_generation_id:
+                            # fetched before a rebalance: they may be another worker's now;
+                            # faust sought back to the committed offsets after the fetch,
+                            # so whoever holds them now reads them again
                             self.stats["records_dropped_rebalance"] += size
+                            return
+                        with self.gc.batch():
+                            if await self._handle_batch(batches):
+                                return
+                    # a rebalance is under way: its end tells whether these are still ours
+                    await self._rebalanced()
         except LedgerUnavailable:
             if not self._stopping:
                 raise
@@ -246,11 +253,11 @@ class PipelineWorker:
         gone = frozenset(self._revoked)  # the stored batch's state and offsets are not ours
         self._forget_revoked()
         self.last_offset.update((p, recs[-1].offset) for p, recs in batches.items())
-        read_back: dict[int, list[tuple[int, int]]] = {}
+        ack_from: dict[int, int] = {}
         self._restore_assigned()
         for partition in sorted(batches):
             self._restore(partition)
-            batches[partition], read_back[partition] = await self._without_gaps(
+            batches[partition], ack_from[partition] = await self._without_gaps(
                 partition, batches[partition]
             )
             # a partition with records still waiting holds the pipeline watermark back
@@ -268,9 +275,14 @@ class PipelineWorker:
             else:  # the previous batch's steps 3-4 beside this one's step 2
                 out, _ = await asyncio.gather(storing, self._finish_stored(gone))
         self.telemetry.acknowledged(out.event_ts)
-        offsets = {p: (recs[0].offset, recs[-1].offset) for p, recs in ordered.items()}
+        offsets = {p: (ack_from[p], recs[-1].offset) for p, recs in ordered.items()}
         self._stored = _Stored(out, offsets, self.intake.clock.watermark_us, epoch)
         return True
+
+    async def _rebalanced(self) -> None:
+        """Wait until no rebalance is under way (or the worker stops)."""
+        while rebalance_epoch(self.app) is None and not self._stopping:
+            await asyncio.sleep(0.05)
 
     def _settle(self) -> int | None:
         """Called under the lock before a step: the rebalance epoch, or None while a
@@ -324,13 +336,23 @@ class PipelineWorker:
 
     async def _without_gaps(
         self, partition: int, recs: list[InRecord]
-    ) -> tuple[list[InRecord], list[tuple[int, int]]]:
-        """The batch's records plus any offsets the consumer skipped, read back, in order."""
+    ) -> tuple[list[InRecord], int]:
+        """The batch's records plus any offsets the consumer skipped, read back, in order;
+        and the first offset its acknowledgement covers.
+
+        That is the group's committed offset when it is below them: offsets from there to
+        the partition's position were processed before (the restored state says so) and
+        are in the ledger, but need not be delivered again (a batch fetched as a rebalance
+        ended, say). Unacknowledged, they would stop faust's commits for good.
+        """
         processed = self.intake.next_offset(partition)
         committed = committed_offset(self.app, self._tp(partition))
         topic, kafka_partition = source_of(self.topics, partition)
         reader = self.read_back if topic == self.topics.input else self.read_back_channel
         full, gaps = await reader.fill(kafka_partition, processed, committed, recs)
+        first = full[0].offset
+        if processed is not None and committed is not None and committed <= processed:
+            first = min(first, committed)
         if gaps:
             self.stats["offsets_read_back"] += len(full) - len(recs)
             log.warning(
@@ -344,7 +366,7 @@ class PipelineWorker:
                 committed,
                 len(full) - len(recs),
             )
-        return full, gaps
+        return full, first
 
     async def _publish(
         self,

@@ -14,7 +14,9 @@ assertions are about what happened in which order:
 - a lane revoked between a batch's store and its finish gets no state write and no
   acknowledgement (its new owner reads the batch again);
 - nothing is stepped while a rebalance is under way, and a batch stepped before one began
-  gets no state write and no acknowledgement after it, even when its lane comes back.
+  gets no state write and no acknowledgement after it, even when its lane comes back;
+- a batch's acknowledgement starts at the group's committed offset when the offsets from
+  there were processed before, delivered again or not.
 """
 
 from __future__ import annotations
@@ -177,31 +179,66 @@ def _all_lanes(w: PipelineWorker) -> set[TP]:
     return {TP(w.topics.input, p) for p in range(w.settings.partitions)}
 
 
-def test_a_batch_that_waited_out_the_start_of_a_rebalance_is_dropped(worker: Any) -> None:
-    # The revoke comes while the batch waits for the lock; the consumer's generation still
-    # reads as the old one until the join completes, so only the rebalance itself tells.
-    w, timeline = worker
-    recs = _records(w.topics.input)
+def _chunk(w: PipelineWorker, recs: list[InRecord], generation: int) -> Chunk:
     fetched = [
         SimpleNamespace(value=r.value, topic=r.source, partition=0, offset=r.offset, key=r.key,
                         headers=[])
         for r in recs
     ]  # fmt: skip
-    chunk = Chunk(w.topics.input, 0, fetched, w.app.consumer_generation_id)
+    return Chunk(w.topics.input, 0, fetched, generation)
+
+
+async def _rebalance_under_way(w: PipelineWorker, chunk: Chunk) -> asyncio.Future[None]:
+    """The chunk's batch waits for the lock (a tick holds it) while a rebalance begins;
+    returns the waiting batch once nothing more happens to it before the rebalance ends."""
+    async with w._lock:
+        waiting = asyncio.ensure_future(w.handle_chunks([chunk]))
+        await asyncio.sleep(0.05)
+        w.app.on_rebalance_start()
+        await w._on_revoked(w.app, _all_lanes(w))
+    await w._tick()  # the timer steps nothing either
+    await asyncio.sleep(0.2)
+    assert not waiting.done()
+    return waiting
+
+
+def test_a_batch_fetched_before_a_rebalance_waits_for_its_end_and_is_dropped(worker: Any) -> None:
+    # The consumer's generation reads as the old one until the join completes: only the
+    # rebalance itself tells the batch is stale while it waits for the lock.
+    w, timeline = worker
+    recs = _records(w.topics.input)
+    chunk = _chunk(w, recs, w.app.consumer_generation_id)
 
     async def go() -> None:
-        async with w._lock:  # a tick holds it
-            waiting = asyncio.ensure_future(w.handle_chunks([chunk]))
-            await asyncio.sleep(0.05)
-            w.app.on_rebalance_start()
-            await w._on_revoked(w.app, _all_lanes(w))
+        waiting = await _rebalance_under_way(w, chunk)
+        assert timeline.steps == []
+        w.app.consumer_generation_id += 1  # the join completed...
+        w.app.on_rebalance_end()  # ...and the new assignment's tables are recovered
         await waiting
-        await w._tick()  # nor does the timer step anything until the rebalance is over
 
     asyncio.run(go())
     assert timeline.steps == []
     assert w.stats["records_dropped_rebalance"] == len(recs)
     assert not w._loaded and not w.intake.processors  # no lane restored from the old table
+
+
+def test_a_batch_fetched_as_a_rebalance_ends_is_stepped_after_it(worker: Any) -> None:
+    # faust seeks to the committed offsets and resumes fetching just before the rebalance
+    # is over: a batch fetched then is not fetched again, so it must not be dropped.
+    w, timeline = worker
+    recs = _records(w.topics.input)
+    chunk = _chunk(w, recs, w.app.consumer_generation_id + 1)
+
+    async def go() -> None:
+        w.app.consumer_generation_id += 1
+        waiting = await _rebalance_under_way(w, chunk)
+        assert timeline.steps == []
+        w.app.on_rebalance_end()
+        await waiting
+
+    asyncio.run(go())
+    assert [kind for kind, _ in timeline.steps] == ["ledger"]
+    assert w.stats["records_dropped_rebalance"] == 0
 
 
 def test_a_batch_stepped_before_a_rebalance_gets_no_state_or_ack_after_it(worker: Any) -> None:
@@ -224,6 +261,35 @@ def test_a_batch_stepped_before_a_rebalance_gets_no_state_or_ack_after_it(worker
     assert _state(w, produced[0]) == []
     assert acks == []
     assert w.stats["batches_unacknowledged_rebalance"] == 1
+
+
+def test_offsets_processed_before_but_not_delivered_again_are_acknowledged(
+    worker: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The group committed offset 3; the lane's restored state says 0..half-1 are processed;
+    # the consumer delivers from half on. 3..half-1 are acknowledged with the batch, or
+    # faust's commits would stop at 3 for good.
+    w, timeline = worker
+    recs = _records(w.topics.input)
+    half = len(recs) // 2
+
+    async def go() -> None:
+        await _batch(w, recs[:half])
+        await w._finish_stored()
+        for step in [s for kind, s in timeline.steps if kind == "produce"]:
+            for rec in _state(w, step):
+                w.state.data[rec.key] = rec.value  # what the next recovery reads
+        w.app.on_rebalance_start()
+        await w._on_revoked(w.app, _all_lanes(w))
+        w.app.on_rebalance_end()
+        monkeypatch.setattr(_app, "committed_offset", lambda app, tp: 3)
+        await _batch(w, recs[half:])
+        await w._finish_stored()
+
+    asyncio.run(go())
+    acks = [step for kind, step in timeline.steps if kind == "ack"]
+    assert acks == [(0, 0, half - 1), (0, 3, len(recs) - 1)]
+    assert w.stats["offsets_read_back"] == 0
 
 
 def test_the_tick_leaves_a_lane_with_records_waiting_to_its_next_step(worker: Any) -> None:
