@@ -222,11 +222,14 @@ class PipelineWorker:
                             # faust sought back to the committed offsets after the fetch,
                             # so whoever holds them now reads them again
                             self.stats["records_dropped_rebalance"] += size
+                            log.info("a batch of %d records fetched before a rebalance was "
+                                     "dropped (read again by their owner)", size)  # fmt: skip
                             return
                         with self.gc.batch():
                             if await self._handle_batch(batches):
                                 return
                     # a rebalance is under way: its end tells whether these are still ours
+                    log.info("a batch of %d records waits for the rebalance to end", size)
                     await self._rebalanced()
         except LedgerUnavailable:
             if not self._stopping:
