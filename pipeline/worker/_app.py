@@ -158,7 +158,6 @@ class PipelineWorker:
         self.last_offset: dict[int, int] = {}  # lane -> last offset of its last batch
         self.alerter: ExhaustionAlerter | None = None
         self._loaded: set[int] = set()
-        self._revoked: set[int] = set()
         self._epoch: int | None = None  # the rebalance epoch of the lanes in memory
         self._lock = asyncio.Lock()
         self.gc = GcPolicy()
@@ -253,8 +252,6 @@ class PipelineWorker:
         epoch = self._settle()
         if epoch is None:
             return False
-        gone = frozenset(self._revoked)  # the stored batch's state and offsets are not ours
-        self._forget_revoked()
         self.last_offset.update((p, recs[-1].offset) for p, recs in batches.items())
         ack_from: dict[int, int] = {}
         self._restore_assigned()
@@ -276,7 +273,7 @@ class PipelineWorker:
             if self._stored is None:
                 out = await storing
             else:  # the previous batch's steps 3-4 beside this one's step 2
-                out, _ = await asyncio.gather(storing, self._finish_stored(gone))
+                out, _ = await asyncio.gather(storing, self._finish_stored())
         self.telemetry.acknowledged(out.event_ts)
         offsets = {p: (ack_from[p], recs[-1].offset) for p, recs in ordered.items()}
         self._stored = _Stored(out, offsets, self.intake.clock.watermark_us, epoch)
@@ -290,12 +287,15 @@ class PipelineWorker:
     def _settle(self) -> int | None:
         """Called under the lock before a step: the rebalance epoch, or None while a
         rebalance is under way (no step then). In a new epoch every lane is forgotten
-        first; each is restored from the recovered table when next stepped."""
+        first (a rebalance revokes them all); each is restored from the recovered table
+        when next stepped."""
         epoch = rebalance_epoch(self.app)
         if epoch is not None and epoch != self._epoch:
-            self._revoked.update(self._loaded, self.last_offset)
-            self._revoked.update(self.intake.processors, self.intake.channels)
-            self._forget_revoked()
+            held = self._loaded | set(self.intake.processors) | set(self.intake.channels)
+            for lane in held | set(self.last_offset):
+                self.intake.drop(lane)
+            self._loaded.clear()
+            self.last_offset.clear()
             self._epoch = epoch
         return epoch
 
@@ -315,27 +315,22 @@ class PipelineWorker:
                 )
         self.store(out)
 
-    async def _finish_stored(self, gone: frozenset[int] = frozenset()) -> None:
+    async def _finish_stored(self) -> None:
         """Steps 3-4 of the batch last stored: produce records and state, acknowledge.
 
-        Lanes revoked since it was stored (``gone``, or still in ``_revoked``) get neither
-        state writes nor acknowledgements: their new owner reads them again. Nor does any
-        lane once a rebalance has begun since the batch was stepped (all are revoked).
+        Once a rebalance has begun since the batch was stepped, its lanes get neither
+        state writes nor acknowledgements: whoever holds them now reads them again.
         """
         stored, self._stored = self._stored, None
         if stored is None:
             return
-        out = stored.out
-        skip: set[int] = set(gone | self._revoked)
         if rebalance_epoch(self.app) != stored.epoch:
-            skip.update(stored.offsets)
             self.stats["batches_unacknowledged_rebalance"] += 1
-        await self._publish(out, skip, stored.offsets, stored.watermark_us)
-        if rebalance_epoch(self.app) == stored.epoch:  # none began while they were sent
+        await self._publish(stored.out, stored.epoch, stored.offsets, stored.watermark_us)
+        if rebalance_epoch(self.app) == stored.epoch:  # none began, before or while sending
             for partition, (first, last) in stored.offsets.items():  # faust may commit them
-                if partition not in skip and partition not in self._revoked:
-                    acknowledge(self.app, self._tp(partition), first, last)
-        await self._after(out)
+                acknowledge(self.app, self._tp(partition), first, last)
+        await self._after(stored.out)
 
     async def _without_gaps(
         self, partition: int, recs: list[InRecord]
@@ -374,13 +369,13 @@ class PipelineWorker:
     async def _publish(
         self,
         out: Output,
-        skip: frozenset[int] | set[int] = frozenset(),
+        epoch: int | None = None,
         lanes: Iterable[int] = (),
         watermark_us: int = 0,
     ) -> None:
-        """Produce the output records and the run-state writes, and wait until the broker
-        has every one. Lanes in ``skip`` (revoked) get no state writes; each of ``lanes``
-        reports ``watermark_us`` to the alerter."""
+        """Produce the output records and the run-state writes stepped in rebalance
+        ``epoch`` (``_state_records``), and wait until the broker has every one; each of
+        ``lanes`` reports ``watermark_us`` to the alerter."""
         t = self.topics
         recs = [_record(t.dlq, r) for r in out.dlq]
         recs += [_record(t.quarantine, r) for r in out.quarantined]
@@ -388,18 +383,20 @@ class PipelineWorker:
         recs += [_record(t.alerts, r) for r in out.alerts]
         recs += [_record(t.limit_deaths, death_record(d), 0) for d in out.limit_deaths]
         recs += [_record(t.limit_deaths, watermark_record(p, watermark_us), 0) for p in lanes]
-        recs += self._state_records(out.state_writes, skip)
+        recs += self._state_records(out.state_writes, epoch)
         await self.producer.send_all(recs)
 
     def _state_records(
-        self, writes: dict[str, bytes | None], skip: frozenset[int] | set[int]
+        self, writes: dict[str, bytes | None], epoch: int | None
     ) -> list[ProducedRecord]:
-        """Each changed key once, to the changelog partition of its lane (none in ``skip``,
-        none of a lane this worker no longer holds)."""
+        """Each changed key once, to the changelog partition of its lane; none once a
+        rebalance has begun since ``epoch`` (the lanes may be another worker's now)."""
+        if epoch is None or rebalance_epoch(self.app) != epoch:
+            return []
         recs = []
         for key, value in writes.items():
             lane = int(key.split("\x1f")[1])
-            if lane in skip or lane not in self.last_offset:
+            if lane not in self.last_offset:
                 continue
             partition = source_of(self.topics, lane)[1]
             recs.append(ProducedRecord(self._changelog, key.encode(), value, partition))
@@ -417,7 +414,7 @@ class PipelineWorker:
             return
         for tp in assigned:
             lane = lane_of(self.topics, tp.topic, tp.partition)
-            if lane is not None and lane not in self._revoked:
+            if lane is not None:
                 self._restore(lane)
 
     def _restore(self, partition: int) -> None:
@@ -449,7 +446,8 @@ class PipelineWorker:
     async def _tick(self) -> None:
         """Grace periods of partitions that went quiet, staleness on the shared watermark."""
         async with self._lock:
-            if self._settle() is None:
+            epoch = self._settle()
+            if epoch is None:
                 return  # nothing is this worker's until the rebalance is over
             now = self.clock()
             # A lane stepped within the interval was ticked by its step, and a lane with
@@ -467,7 +465,6 @@ class PipelineWorker:
                     "full GC pass %d: %.3fs, %d unreachable objects found so far",
                     self.gc.full_passes, self.gc.last_pause, self.gc.collected,
                 )  # fmt: skip
-            self._forget_revoked()
             lanes = set(self.intake.processors) | set(self.intake.channels)
             live = [p for p in sorted(lanes) if p in self.last_offset]
             if not live:
@@ -486,7 +483,7 @@ class PipelineWorker:
             changed = ledger.runs or ledger.alerts or ledger.progress or out.closed
             if not (changed or ledger.channel_operations or ledger.channel_watermarks):
                 self.intake.commit(outs)
-                await self.producer.send_all(self._state_records(out.state_writes, self._revoked))
+                await self.producer.send_all(self._state_records(out.state_writes, epoch))
                 return
             try:
                 await asyncio.to_thread(self.store, out)
@@ -495,7 +492,7 @@ class PipelineWorker:
                 log.exception("the ledger refused rows of the timer; they are retried next tick")
                 return
             self.intake.commit(outs)
-            await self._publish(out, self._revoked)
+            await self._publish(out, epoch)
             await self._after(out)
 
     def _progress(self, partitions: list[int]) -> list[ProgressRow]:
@@ -587,20 +584,10 @@ class PipelineWorker:
 
     async def _on_revoked(self, app: Any, revoked: set[Any], **_: Any) -> None:
         # Never wait for the lock here: a batch holding it may be waiting on the producer
-        # or the consumer, which wait for this handler. The partitions are forgotten at the
-        # start of the next batch or tick (their state is in the table: a partition assigned
-        # back is restored from it).
-        lanes = (lane_of(self.topics, tp.topic, tp.partition) for tp in revoked)
-        self._revoked.update(lane for lane in lanes if lane is not None)
+        # or the consumer, which wait for this handler. The queued chunks go now; the lanes
+        # at the first step after the rebalance (``_settle``: their state is in the table,
+        # and a lane assigned back is restored from it).
         self.bulk.forget((tp.topic, tp.partition) for tp in revoked)
-
-    def _forget_revoked(self) -> None:
-        """Called under the lock: drop what rebalances took away since the last step."""
-        for partition in self._revoked:
-            self.intake.drop(partition)
-            self.last_offset.pop(partition, None)
-            self._loaded.discard(partition)
-        self._revoked.clear()
 
     def _log_summary(self) -> None:
         now = time.monotonic()
