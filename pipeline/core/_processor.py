@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable
+from datetime import datetime
 from typing import Any
 
 from prism.schemas import is_terminal_agent_event_type
@@ -61,6 +62,7 @@ class Processor(KeyedProcessor[RunState]):
         self._open: set[str] = set()  # no terminal, not incomplete
         self._retire: deque[tuple[int, str]] = deque()  # (watermark when closed/incomplete, id)
         self._shrink: deque[tuple[int, str]] = deque()  # (watermark to shrink at, run id)
+        self._received: tuple[datetime | None, int] = (None, 0)  # (arrival time, its us)
 
     @property
     def _grace_us(self) -> int:
@@ -136,7 +138,9 @@ class Processor(KeyedProcessor[RunState]):
         if run.knows(ev.event_id):
             out.stats["duplicate"] += 1
             return
-        source = (d.source, d.partition, d.offset, to_us(d.received_at), d.traceparent)
+        if d.received_at is not self._received[0]:  # one arrival time per batch
+            self._received = (d.received_at, to_us(d.received_at))
+        source = (d.source, d.partition, d.offset, self._received[1], d.traceparent)
         run.arrivals += 1
         fact = fact_of(ev, data_of(ev, self.config.redact_keys), ts_us, source, run.arrivals)
         if skewed:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -58,8 +59,14 @@ def to_us(ts: datetime) -> int:
     return (delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
+@lru_cache(maxsize=1 << 15)
 def from_us(us: int) -> datetime:
-    """Integer microseconds since the epoch -> aware UTC datetime (exact; ``to_us``'s inverse)."""
+    """Integer microseconds since the epoch -> aware UTC datetime (exact; ``to_us``'s inverse).
+
+    Cached: an event's time is turned into a datetime for its raw row, its usage and turn
+    rows and its run's timeline, and a batch's arrival time for each of its rows; a
+    datetime is immutable, so the rows may share one.
+    """
     return _EPOCH + timedelta(microseconds=us)
 
 
