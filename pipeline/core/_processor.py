@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from prism.schemas import is_terminal_agent_event_type
+from prism.schemas import FastEvent, is_terminal_agent_event_type
 
 from ._alerts import RULE_STALE, alert_record, stale_alert
 from ._classify import DUPLICATE_SEQ, TENANT_MISMATCH, Classified, classify
@@ -30,7 +30,7 @@ from ._rows import (
     turn_rows,
     usage_row,
 )
-from ._run import RunState, fact_of, from_us, id_hash, to_us
+from ._run import RunState, envelope_values, fact_of, from_us, id_hash, to_us
 from ._timeline import RunView, run_row, view_of
 from ._types import CoreConfig, Delivery, EventClock, LimitDeath, Output, OutRecord
 
@@ -127,7 +127,8 @@ class Processor(KeyedProcessor[RunState]):
 
     def _add(self, d: Delivery, now: float, out: Output, touched: dict[str, RunState]) -> None:
         ev = d.event
-        ts_us = to_us(ev.ts)
+        fast = type(ev) is FastEvent  # the fast parse path built ts, data and envelope
+        ts_us = ev.ts_us if fast else to_us(ev.ts)
         skewed = self.clock.observe(self.partition, ts_us, now)
         self._save(ev.run_id)
         run = self.runs.get(ev.run_id)
@@ -142,7 +143,11 @@ class Processor(KeyedProcessor[RunState]):
             self._received = (d.received_at, to_us(d.received_at))
         source = (d.source, d.partition, d.offset, self._received[1], d.traceparent)
         run.arrivals += 1
-        fact = fact_of(ev, data_of(ev, self.config.redact_keys), ts_us, source, run.arrivals)
+        if fast:
+            data, envelope = ev.data, ev.envelope
+        else:
+            data, envelope = data_of(ev, self.config.redact_keys), envelope_values(ev)
+        fact = fact_of(ev, data, envelope, ts_us, source, run.arrivals)
         if skewed:
             run.clock_skew = True
         if run.tombstone is not None:

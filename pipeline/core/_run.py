@@ -15,7 +15,8 @@ Why facts are plain dicts in wire vocabulary rather than the pydantic event mode
 are the persisted state (JSON in the changelogged table and in ``ingest_state``), read
 back on every restart and rebalance, and the rules (``_classify``, ``_timeline``) read
 schemas/CONTRACT.md's camelCase fields directly; the typed models stay at the boundary
-(``Delivery.event`` is an ``AgentEvent``), where parsing validated them once.
+(``Delivery.event`` is an ``AgentEvent``, or the ``FastEvent`` the fast parse path built
+with the payload and envelope already in this form), where parsing validated them once.
 """
 
 from __future__ import annotations
@@ -28,12 +29,21 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from prism.schemas import AgentEvent
+from prism.schemas import AgentEvent, FastEvent
 
 if TYPE_CHECKING:  # _classify imports this module
     from ._classify import Classified
 
-__all__ = ["ENVELOPE_FIELDS", "RunState", "Tombstone", "fact_of", "from_us", "id_hash", "to_us"]
+__all__ = [
+    "ENVELOPE_FIELDS",
+    "RunState",
+    "Tombstone",
+    "envelope_values",
+    "fact_of",
+    "from_us",
+    "id_hash",
+    "to_us",
+]
 
 ENVELOPE_FIELDS = (
     "tenant_id",
@@ -96,16 +106,19 @@ def envelope_values(ev: AgentEvent) -> dict[str, Any]:
 
 
 def fact_of(
-    ev: AgentEvent,
+    ev: AgentEvent | FastEvent,
     data: dict[str, Any],
+    envelope: dict[str, Any],
     ts_us: int,
     source: tuple[str, int, int, int, str | None],
     arrival: int,
 ) -> dict[str, Any]:
     """The compact, serialisable record of one event: what rows and rules need of it.
 
-    ``source`` is (topic or file, partition, offset, received at in microseconds,
-    traceparent); ``arrival`` numbers the run's distinct events as they were first seen.
+    ``data`` is the payload in wire form (``data_of``), ``envelope`` its
+    ``envelope_values``; ``source`` is (topic or file, partition, offset, received at in
+    microseconds, traceparent); ``arrival`` numbers the run's distinct events as they were
+    first seen.
     """
     return {
         "s": ev.seq,
@@ -113,7 +126,7 @@ def fact_of(
         "t": ev.type,
         "ts": ts_us,
         "d": data,
-        "e": envelope_values(ev),
+        "e": envelope,
         "src": list(source),
     }
 

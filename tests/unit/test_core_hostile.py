@@ -227,14 +227,14 @@ def test_an_exception_in_the_semantics_dead_letters_that_event_only(
 ) -> None:
     from prism.pipeline.core import _processor
 
-    real = _processor.data_of
+    real = _processor.fact_of
 
     def exploding(ev: Any, *args: Any) -> Any:
         if ev.event_id == "r1-e3":
             raise RuntimeError("bug in the core")
         return real(ev, *args)
 
-    monkeypatch.setattr(_processor, "data_of", exploding)
+    monkeypatch.setattr(_processor, "fact_of", exploding)
     b = usage_run()
     intake = Intake(CFG)
     ledger = FinalLedger()
