@@ -2,11 +2,11 @@
 
 The same simulated fleet as the pipeline benchmark (seed 20261130, no chaos; 100k events,
 quick 30k) keyed over 4 partitions goes through the worker's store step in batches of
-5,000 events as the worker takes them: ``Intake.step`` per partition, then
+10,000 events (the worker's default) as it takes them: ``Intake.step`` per partition, then
 ``LedgerStore`` -> ``LedgerWriter`` -> chDB, then ``Intake.commit``, with the worker's GC
 policy (``GcPolicy.batch``). Each stage is timed where it runs:
 
-- ``parse``: the intake's parse of the batch's values (``schemas.parse_batch``);
+- ``parse``: the intake's parse of the batch's values (``schemas.parse_fast_batch``);
 - ``core``: the rest of ``Intake.step`` (run semantics, rows, state, outputs);
 - ``columns``: the writer's cut (rows to columns, the dedup hash of each table's chunk);
 - ``insert.<table>``: each ClickHouse INSERT until acknowledged (insert hook);
@@ -37,7 +37,7 @@ BENCH = "stages"
 SEED = 20261130
 EVENTS_PER_RUN = 14
 PARTITIONS = 4
-BATCH = 5000
+BATCH = 10_000  # Settings.batch_max_events' default
 
 
 def run(quick: bool = False, events: int | None = None) -> list[dict[str, Any]]:

@@ -134,3 +134,10 @@ def test_the_ledger_benchmark_builds_rows_the_ledger_schema_accepts() -> None:
         "succeeded", TURNS_PER_RUN, 0, True,
     )  # fmt: skip
     assert run.event_count == len([e for e in batches[0].events if e.run_id == run.run_id])
+
+
+def test_the_stage_benchmark_batches_as_the_worker_does_by_default() -> None:
+    from bench import bench_stages
+    from prism.pipeline.settings import Settings
+
+    assert bench_stages.BATCH == Settings.model_fields["batch_max_events"].default
