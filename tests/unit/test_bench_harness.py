@@ -140,4 +140,4 @@ def test_the_stage_benchmark_batches_as_the_worker_does_by_default() -> None:
     from bench import bench_stages
     from prism.pipeline.settings import Settings
 
-    assert bench_stages.BATCH == Settings.model_fields["batch_max_events"].default
+    assert Settings.model_fields["batch_max_events"].default == bench_stages.BATCH

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 from pydantic.alias_generators import to_snake
 
+from bench.ledger_digest import CHAOS
 from prism.pipeline.core import CoreConfig, InRecord, Intake, _intake
 from prism.pipeline.core._rows import data_of
 from prism.pipeline.core._run import envelope_values, to_us
@@ -44,18 +45,6 @@ from prism.schemas import (
 )
 from prism.schemas._fast import DRIFT, MIRRORS
 
-CHAOS = {  # bench/ledger_digest.py's chaos
-    "duplicates": 0.03,
-    "reorder_window": 8,
-    "post_terminal": 0.02,
-    "conflicting_terminals": 0.02,
-    "malformed": 0.01,
-    "oversized": 0.002,
-    "hostile": 0.02,
-    "guardrail_denials": 0.02,
-    "limit_death_burst": 20,
-    "channel_operations": 300,
-}
 FLEET_RUNS = 2000
 CORE_NOW = 1_800_000_000.0
 SCHEMA = "prism.agent-event/v1"
