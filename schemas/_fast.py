@@ -34,7 +34,7 @@ import re
 import warnings
 from collections.abc import Callable, Sequence
 from datetime import date
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal, Union, cast
 
 import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
@@ -363,106 +363,8 @@ class _Env(_W, tag_field="type", kw_only=True):
     bundle_digest: _BundleDigest | UnsetType = UNSET
 
 
-class _AgentStarted(_Env, tag="agent_started", kw_only=True):
-    data: _AgentStartedData
-
-
-class _ProviderTurnFinished(_Env, tag="provider_turn_finished", kw_only=True):
-    data: _ProviderTurnFinishedData
-
-
-class _DeterministicTurnFinished(_Env, tag="deterministic_turn_finished", kw_only=True):
-    data: _DeterministicTurnFinishedData
-
-
-class _ToolCallFinished(_Env, tag="tool_call_finished", kw_only=True):
-    data: _ToolCallFinishedData
-
-
-class _ToolNarrowingClamped(_Env, tag="tool_narrowing_clamped", kw_only=True):
-    data: _ToolNarrowingClampedData
-
-
-class _RunSuspended(_Env, tag="run_suspended", kw_only=True):
-    data: _RunSuspendedData
-
-
-class _RunResumed(_Env, tag="run_resumed", kw_only=True):
-    data: _RunResumedData
-
-
-class _RunLimitExceeded(_Env, tag="run_limit_exceeded", kw_only=True):
-    data: _RunLimitExceededData
-
-
-class _BudgetExhausted(_Env, tag="budget_exhausted", kw_only=True):
-    data: _BudgetExhaustedData
-
-
-class _ChildMilestone(_Env, tag="child_milestone", kw_only=True):
-    data: _ChildMilestoneData
-
-
-class _ChildFailed(_Env, tag="child_failed", kw_only=True):
-    data: _ChildFailedData
-
-
-class _DelegationChildEventsCapped(_Env, tag="delegation_child_events_capped", kw_only=True):
-    data: _DelegationChildEventsCappedData
-
-
-class _DelegationChildEventsCoalesced(_Env, tag="delegation_child_events_coalesced", kw_only=True):
-    data: _DelegationChildEventsCoalescedData
-
-
-class _UsageRecorded(_Env, tag="usage_recorded", kw_only=True):
-    data: _UsageRecordedData
-
-
-class _ExtensionError(_Env, tag="extension_error", kw_only=True):
-    data: _ExtensionErrorData
-
-
-class _GuardrailDenied(_Env, tag="guardrail_denied", kw_only=True):
-    data: _GuardrailDeniedData
-
-
-class _AgentFinished(_Env, tag="agent_finished", kw_only=True):
-    data: _AgentFinishedData
-
-
-class _AgentDenied(_Env, tag="agent_denied", kw_only=True):
-    data: _AgentDeniedData
-
-
-class _ErrorEvent(_Env, tag="error", kw_only=True):
-    data: _ErrorEventData
-
-
-_EVENT_STRUCTS: tuple[type[_Env], ...] = (
-    _AgentStarted,
-    _ProviderTurnFinished,
-    _DeterministicTurnFinished,
-    _ToolCallFinished,
-    _ToolNarrowingClamped,
-    _RunSuspended,
-    _RunResumed,
-    _RunLimitExceeded,
-    _BudgetExhausted,
-    _ChildMilestone,
-    _ChildFailed,
-    _DelegationChildEventsCapped,
-    _DelegationChildEventsCoalesced,
-    _UsageRecorded,
-    _ExtensionError,
-    _GuardrailDenied,
-    _AgentFinished,
-    _AgentDenied,
-    _ErrorEvent,
-)
-
-# Each mirror and the pydantic model it mirrors (checked by _drift at import).
-MIRRORS: tuple[tuple[type[Struct], type[WireModel]], ...] = (
+# Each payload mirror and the pydantic model it mirrors.
+_PAYLOAD_MIRRORS: tuple[tuple[type[Struct], type[WireModel]], ...] = (
     (_Usage, Usage),
     (_ErrorInfo, ErrorInfo),
     (_Budgets, Budgets),
@@ -473,26 +375,61 @@ MIRRORS: tuple[tuple[type[Struct], type[WireModel]], ...] = (
     (_AgentRef, AgentRef),
     (_ModelRef, ModelRef),
     (_ParentRef, ParentRef),
-    (_AgentStartedData, AgentStartedData),
-    (_ProviderTurnFinishedData, ProviderTurnFinishedData),
-    (_DeterministicTurnFinishedData, DeterministicTurnFinishedData),
-    (_ToolCallFinishedData, ToolCallFinishedData),
-    (_ToolNarrowingClampedData, ToolNarrowingClampedData),
-    (_RunSuspendedData, RunSuspendedData),
-    (_RunResumedData, RunResumedData),
-    (_RunLimitExceededData, RunLimitExceededData),
-    (_BudgetExhaustedData, BudgetExhaustedData),
-    (_ChildMilestoneData, ChildMilestoneData),
-    (_ChildFailedData, ChildFailedData),
-    (_DelegationChildEventsCappedData, DelegationChildEventsCappedData),
-    (_DelegationChildEventsCoalescedData, DelegationChildEventsCoalescedData),
-    (_UsageRecordedData, UsageRecordedData),
-    (_ExtensionErrorData, ExtensionErrorData),
-    (_GuardrailDeniedData, GuardrailDeniedData),
-    (_AgentFinishedData, AgentFinishedData),
-    (_AgentDeniedData, AgentDeniedData),
-    (_ErrorEventData, ErrorEventData),
-    *zip(_EVENT_STRUCTS, KNOWN_EVENT_CLASSES, strict=True),
+)
+
+# Each event type's ``data`` mirror, by the pydantic data model it mirrors.
+_DATA_MIRRORS: dict[type[WireModel], type[_W]] = {
+    AgentStartedData: _AgentStartedData,
+    ProviderTurnFinishedData: _ProviderTurnFinishedData,
+    DeterministicTurnFinishedData: _DeterministicTurnFinishedData,
+    ToolCallFinishedData: _ToolCallFinishedData,
+    ToolNarrowingClampedData: _ToolNarrowingClampedData,
+    RunSuspendedData: _RunSuspendedData,
+    RunResumedData: _RunResumedData,
+    RunLimitExceededData: _RunLimitExceededData,
+    BudgetExhaustedData: _BudgetExhaustedData,
+    ChildMilestoneData: _ChildMilestoneData,
+    ChildFailedData: _ChildFailedData,
+    DelegationChildEventsCappedData: _DelegationChildEventsCappedData,
+    DelegationChildEventsCoalescedData: _DelegationChildEventsCoalescedData,
+    UsageRecordedData: _UsageRecordedData,
+    ExtensionErrorData: _ExtensionErrorData,
+    GuardrailDeniedData: _GuardrailDeniedData,
+    AgentFinishedData: _AgentFinishedData,
+    AgentDeniedData: _AgentDeniedData,
+    ErrorEventData: _ErrorEventData,
+}
+
+
+def _event_structs() -> tuple[dict[type[_Env], type[WireModel]], dict[type[_Env], str]]:
+    """One struct per known event class, made from it: the envelope (``_Env``), its
+    ``type`` literal as the tag and the mirror of its ``data`` model. A class whose data
+    model has no mirror gets none: its values are declined (``_drift`` reports it)."""
+    models: dict[type[_Env], type[WireModel]] = {}
+    tags: dict[type[_Env], str] = {}
+    for model in KNOWN_EVENT_CLASSES:
+        data = _DATA_MIRRORS.get(model.model_fields["data"].annotation)  # type: ignore[arg-type]
+        if data is None:
+            continue
+        tag = model.model_fields["type"].annotation.__args__[0]  # type: ignore[union-attr]
+        struct = cast(
+            type[_Env],
+            msgspec.defstruct(
+                f"_{model.__name__}", [("data", data)], bases=(_Env,), tag=tag, kw_only=True
+            ),
+        )
+        models[struct] = model
+        tags[struct] = tag
+    return models, tags
+
+
+_EVENT_MODELS, _TYPE_OF = _event_structs()
+
+# Each mirror and the pydantic model it mirrors (checked by _drift at import).
+MIRRORS: tuple[tuple[type[Struct], type[WireModel]], ...] = (
+    *_PAYLOAD_MIRRORS,
+    *((struct, model) for model, struct in _DATA_MIRRORS.items()),
+    *_EVENT_MODELS.items(),
 )
 
 
@@ -521,15 +458,14 @@ def _drift() -> list[str]:
     Event mirrors are compared as sets (the envelope's order is built by hand); payload
     mirrors in order (``data`` keeps pydantic's key order).
     """
-    problems = []
+    problems = [
+        f"{model.__name__} has no data mirror"
+        for model in KNOWN_EVENT_CLASSES
+        if model not in _EVENT_MODELS.values()
+    ]
     for struct, model in MIRRORS:
         mine, theirs = _struct_names(struct), _wire_names(model)
-        if issubclass(struct, _Env):
-            same = sorted(mine) == sorted(theirs)
-            tag = msgspec.inspect.type_info(struct).tag  # type: ignore[attr-defined]
-            same = same and model.model_fields["type"].annotation.__args__[0] == tag  # type: ignore[union-attr]
-        else:
-            same = mine == theirs
+        same = sorted(mine) == sorted(theirs) if issubclass(struct, _Env) else mine == theirs
         if not same:
             problems.append(f"{struct.__name__} != {model.__name__}: {mine} vs {theirs}")
     return problems
@@ -544,10 +480,9 @@ if DRIFT:  # pragma: no cover - a contract model changed without its mirror
         stacklevel=1,
     )
 
-_decode = msgspec.json.Decoder(Union[_EVENT_STRUCTS]).decode  # type: ignore[valid-type]  # noqa: UP007
+_decode = msgspec.json.Decoder(Union[tuple(_EVENT_MODELS)]).decode  # type: ignore[misc]  # noqa: UP007
 _encode = msgspec.json.Encoder().encode
 _to_builtins = msgspec.to_builtins
-_TYPE_OF = {cls: msgspec.inspect.type_info(cls).tag for cls in _EVENT_STRUCTS}  # type: ignore[attr-defined]
 
 
 # -- checks msgspec cannot express ----------------------------------------------------------
@@ -607,10 +542,6 @@ def _check_budget_exhausted(data: Any) -> bool:
     return _storable(data.counters)
 
 
-def _check_child_failed(data: Any) -> bool:
-    return _utf8_ok(data.error.message, ERROR_MESSAGE_MAX_BYTES)
-
-
 def _check_usage_recorded(data: Any) -> bool:
     if data.scope == "provider_turn":
         if data.turn is UNSET or data.attempt is UNSET:
@@ -624,18 +555,19 @@ def _check_agent_finished(data: Any) -> bool:
     return _utf8_ok(data.stop_detail, STOP_DETAIL_MAX_BYTES)
 
 
-def _check_error(data: Any) -> bool:
+def _check_error_message(data: Any) -> bool:
     return _utf8_ok(data.error.message, ERROR_MESSAGE_MAX_BYTES)
 
 
-_CHECKS: dict[type[_Env], Callable[[Any], bool]] = {
-    _AgentStarted: _check_agent_started,
-    _ProviderTurnFinished: _check_provider_turn,
-    _BudgetExhausted: _check_budget_exhausted,
-    _ChildFailed: _check_child_failed,
-    _UsageRecorded: _check_usage_recorded,
-    _AgentFinished: _check_agent_finished,
-    _ErrorEvent: _check_error,
+# The checks of each payload mirror that has any, by the mirror's class.
+_CHECKS: dict[type[Struct], Callable[[Any], bool]] = {
+    _AgentStartedData: _check_agent_started,
+    _ProviderTurnFinishedData: _check_provider_turn,
+    _BudgetExhaustedData: _check_budget_exhausted,
+    _ChildFailedData: _check_error_message,
+    _UsageRecordedData: _check_usage_recorded,
+    _AgentFinishedData: _check_agent_finished,
+    _ErrorEventData: _check_error_message,
 }
 
 # RFC3339_PATTERN's forms as pydantic (speedate) reads them: any number of fraction digits
@@ -761,9 +693,8 @@ def _fast_one(raw: bytes) -> FastEvent | None:
         return None
     try:
         ev = _decode(raw)
-        cls = type(ev)
-        check = _CHECKS.get(cls)
         data = ev.data  # type: ignore[attr-defined]
+        check = _CHECKS.get(type(data))
         if check is not None and not check(data):
             return None
         ts_us = _ts_us(ev.ts)
@@ -773,7 +704,7 @@ def _fast_one(raw: bytes) -> FastEvent | None:
             ev.event_id,
             ev.run_id,
             ev.seq,
-            _TYPE_OF[cls],
+            _TYPE_OF[type(ev)],
             ts_us,
             _to_builtins(data),
             _envelope(ev),
