@@ -167,6 +167,13 @@ class Settings(BaseSettings):
     # What the ledger keeps outside the contract (schemas.redact_unknown_data)
     redact_keys: Annotated[frozenset[str], NoDecode] = DEFAULT_DENY
 
+    # How long the worker's threads hold the GIL before handing it to a waiting one
+    # (sys.setswitchinterval). The batch step runs in a thread beside the event loop, which
+    # fetches, produces and acknowledges; at Python's 5 ms default they traded the GIL so
+    # often that every stage of the step ran about a quarter slower (bench/README.md). The
+    # loop waits up to this long for the GIL, far below any Kafka timeout.
+    gil_switch_interval_seconds: float = Field(default=0.05, ge=0.001, le=1.0, allow_inf_nan=False)
+
     # Worker state and observability
     state_store: Literal["rocksdb", "memory"] = "rocksdb"
     state_dir: Path = Path(".data/state")

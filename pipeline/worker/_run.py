@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import logging
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from ..settings import Settings
 from ._app import PipelineWorker
 
-__all__ = ["WorkerHooks", "build_worker", "run_worker"]
+__all__ = ["WorkerHooks", "build_worker", "run_worker", "switch_interval"]
 
 log = logging.getLogger("prism.worker")
 
@@ -51,6 +53,18 @@ def build_worker(settings: Settings, hooks: WorkerHooks | None = None) -> Pipeli
     return PipelineWorker(settings, writer, alert_sinks=alert_sinks, clock=hooks.clock)
 
 
+@contextmanager
+def switch_interval(seconds: float) -> Iterator[None]:
+    """The interpreter's GIL switch interval set to ``seconds`` inside, restored after
+    (``Settings.gil_switch_interval_seconds``: the worker's step thread beside its loop)."""
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(seconds)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(before)
+
+
 def run_worker(
     settings: Settings, *, loglevel: int = logging.INFO, hooks: WorkerHooks | None = None
 ) -> int:
@@ -73,18 +87,20 @@ def run_worker(
         server = MetricsServer(worker.telemetry, settings.metrics_host, settings.metrics_port)
         server.start()
     log.info(
-        "worker starting: topic=%s group=%s ledger=%s",
+        "worker starting: topic=%s group=%s ledger=%s gil_switch_interval=%gs",
         settings.topics.input,
         settings.consumer_group,
         settings.clickhouse_database,
+        settings.gil_switch_interval_seconds,
     )
     try:
-        faust.Worker(
-            worker.app,
-            loglevel=logging.getLevelName(loglevel).lower(),
-            quiet=True,
-            redirect_stdouts=False,
-        ).execute_from_commandline()
+        with switch_interval(settings.gil_switch_interval_seconds):
+            faust.Worker(
+                worker.app,
+                loglevel=logging.getLevelName(loglevel).lower(),
+                quiet=True,
+                redirect_stdouts=False,
+            ).execute_from_commandline()
     finally:
         if server is not None:
             server.stop()
