@@ -2,7 +2,7 @@
 
 The same simulated fleet as the pipeline benchmark (seed 20261130, no chaos; 100k events,
 quick 30k) keyed over 4 partitions goes through the worker's store step in batches of
-10,000 events (the worker's default) as it takes them: ``Intake.step`` per partition, then
+20,000 events (the worker's default) as it takes them: ``Intake.step`` per partition, then
 ``LedgerStore`` -> ``LedgerWriter`` -> chDB, then ``Intake.commit``, with the worker's GC
 policy (``GcPolicy.batch``). Each stage is timed where it runs:
 
@@ -37,7 +37,7 @@ BENCH = "stages"
 SEED = 20261130
 EVENTS_PER_RUN = 14
 PARTITIONS = 4
-BATCH = 10_000  # Settings.batch_max_events' default
+BATCH = 20_000  # Settings.batch_max_events' default
 
 
 def run(quick: bool = False, events: int | None = None) -> list[dict[str, Any]]:

@@ -145,7 +145,7 @@ class Settings(BaseSettings):
     raw_event_ttl_days: int = Field(default=90, ge=1, le=10000)
 
     # Batching and run semantics (seconds; every duration finite and bounded)
-    batch_max_events: int = Field(default=10_000, ge=1, le=1_000_000)
+    batch_max_events: int = Field(default=20_000, ge=1, le=1_000_000)
     batch_max_seconds: float = _seconds(0.5, strict=True, high=60.0)
     grace_period_seconds: float = _seconds(30.0, high=_DAY)
     stale_run_seconds: float = _seconds(3600.0, strict=True, high=366 * _DAY)

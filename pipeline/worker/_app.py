@@ -170,7 +170,7 @@ class PipelineWorker:
         self.bulk = BulkIntake(
             self.app,
             (self.topics.input, self.topics.channel_operations),
-            max_pending=max(20_000, 4 * settings.batch_max_events),
+            max_pending=max(40_000, 2 * settings.batch_max_events),
         )
         self.bulk.install()
         self.app.task(self._bulk_agent)
