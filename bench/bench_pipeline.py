@@ -259,7 +259,15 @@ def _worker(settings: Any, events: int, logs: Path, log: Log) -> list[dict[str, 
             for q in ("p50", "p99"):
                 if q in (stats.get(key) or {}):
                     rows.append(_row(f"worker_{key.removesuffix('_ms')}_{q}", stats[key][q], unit))
+        rows += stage_rows(stats)
     return rows
+
+
+def stage_rows(stats: dict[str, Any]) -> list[dict[str, Any]]:
+    """``worker_stage_<name>`` rows (us/event) from a stats file's ``stage_us``: where the
+    worker's own time went, beside ``stages``' figures for the same work without Kafka."""
+    stages = stats.get("stage_us") or {}
+    return [_row(f"worker_stage_{name}", float(us), "us/event") for name, us in stages.items()]
 
 
 def _freshness(

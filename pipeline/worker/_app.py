@@ -162,6 +162,7 @@ class PipelineWorker:
         self._lock = asyncio.Lock()
         self.gc = GcPolicy()
         self._stored: _Stored | None = None  # stored in the ledger, steps 3-4 to come
+        self._step_ended: float | None = None  # perf_counter when the last step 2 ended
         self.telemetry = WorkerTelemetry(settings.state_dir / "worker-stats.json")
         atexit.register(self.telemetry.write_stats, force=True)
         self._last_log = 0.0
@@ -267,9 +268,7 @@ class PipelineWorker:
         ordered = {p: batches[p] for p in sorted(batches)}
         size = sum(map(len, ordered.values()))
         with self.telemetry.insert_span(size):
-            storing = asyncio.to_thread(
-                store_isolating, self.intake, ordered, self.clock(), self._store_bounded
-            )
+            storing = asyncio.to_thread(self._step_and_store, ordered, self.clock())
             if self._stored is None:
                 out = await storing
             else:  # the previous batch's steps 3-4 beside this one's step 2
@@ -299,6 +298,19 @@ class PipelineWorker:
             self._epoch = epoch
         return epoch
 
+    def _step_and_store(self, batches: dict[int, list[InRecord]], now: float) -> Output:
+        """Step 2 in the step thread, timed for the stage figures (``WorkerTelemetry.stage``):
+        the thread's wall and CPU time, and the wall time since the previous step ended."""
+        started, cpu = time.perf_counter(), time.thread_time()
+        if self._step_ended is not None:
+            self.telemetry.stage("between_steps", started - self._step_ended)
+        try:
+            return store_isolating(self.intake, batches, now, self._store_bounded)
+        finally:
+            self._step_ended = time.perf_counter()
+            self.telemetry.stage("step_thread", self._step_ended - started)
+            self.telemetry.stage("step_thread_cpu", time.thread_time() - cpu)
+
     def _store_bounded(self, out: Output) -> None:
         """The batch step's store: refuses a step that would leave a state larger than one
         changelog record holds (before any insert), so ``store_isolating`` dead-letters the
@@ -313,7 +325,11 @@ class PipelineWorker:
                     f"bytes, more than the {limit:,} a changelog record holds "
                     "(PRISM_MAX_EVENT_BYTES sets it)"
                 )
-        self.store(out)
+        started = time.perf_counter()
+        try:
+            self.store(out)
+        finally:
+            self.telemetry.stage("store", time.perf_counter() - started)
 
     async def _finish_stored(self) -> None:
         """Steps 3-4 of the batch last stored: produce records and state, acknowledge.

@@ -23,7 +23,7 @@ import logging
 import os
 import random
 import time
-from collections import Counter, deque
+from collections import Counter, defaultdict, deque
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -202,6 +202,7 @@ class WorkerTelemetry:
         self.freshness = _Reservoir()
         self.insert_ms = _Reservoir(2000)
         self.batch_sizes = _Reservoir(2000)
+        self.stage_seconds: defaultdict[str, float] = defaultdict(float)  # ``stage``: seconds
         self.first_batch_at: float | None = None
         self.last_batch_at: float | None = None
         self._last_write = 0.0
@@ -239,6 +240,25 @@ class WorkerTelemetry:
         self._consumed.add(n)
         self._batch.record(n)
         self.batch_sizes.add_many([float(n)])
+
+    def stage(self, name: str, seconds: float) -> None:
+        """Add ``seconds`` to stage ``name`` (the stats file reports microseconds per event):
+
+        - ``step_thread``: wall time of step 2 in its thread (parse, run semantics, store);
+        - ``store``: the part of it spent in the ledger store (columns, inserts, retries);
+        - ``step_thread_cpu``: the step thread's CPU time (the rest of its wall time it
+          waited: for the GIL, or for ClickHouse);
+        - ``between_steps``: wall time from one step's end to the next one's start (with a
+          backlog, the worker's per-batch overhead; when idle, the wait for records).
+        """
+        self.stage_seconds[name] += seconds
+
+    def stage_us(self) -> dict[str, float]:
+        """Microseconds per consumed event of each stage so far (empty before any event)."""
+        events = self.counts["events"]
+        if not events:
+            return {}
+        return {k: round(v / events * 1e6, 3) for k, v in sorted(self.stage_seconds.items())}
 
     def outcomes(self, stats: Counter[str]) -> None:
         for name, n in stats.items():
@@ -376,6 +396,7 @@ class WorkerTelemetry:
             "freshness_ms": self.freshness.summary(),
             "insert_ms": self.insert_ms.summary(),
             "batch_size": self.batch_sizes.summary(),
+            "stage_us": self.stage_us(),
             "lag": sum(self.lag.values()),
         }
         tmp = self.stats_path.with_suffix(".tmp")

@@ -141,3 +141,14 @@ def test_the_stage_benchmark_batches_as_the_worker_does_by_default() -> None:
     from prism.pipeline.settings import Settings
 
     assert Settings.model_fields["batch_max_events"].default == bench_stages.BATCH
+
+
+def test_the_worker_stage_rows_come_from_the_stats_file() -> None:
+    from bench.bench_pipeline import stage_rows
+
+    stats = {"stage_us": {"store": 21.5, "step_thread": 80.25}}
+    assert [(r["metric"], r["value"], r["unit"]) for r in stage_rows(stats)] == [
+        ("worker_stage_store", 21.5, "us/event"),
+        ("worker_stage_step_thread", 80.25, "us/event"),
+    ]
+    assert stage_rows({"events": 3}) == []  # a stats file from before the stage figures

@@ -20,6 +20,7 @@ assertions are about what happened in which order:
 from __future__ import annotations
 
 import asyncio
+import time
 from types import SimpleNamespace
 from typing import Any
 
@@ -318,3 +319,33 @@ def test_an_event_that_would_outgrow_a_changelog_record_is_dead_lettered(worker:
     state = _state(w, produced)
     assert state and max(len(r.value or b"") for r in state) <= w.settings.max_state_bytes
     assert [step for kind, step in timeline.steps if kind == "ack"] == [(0, 0, len(recs) - 1)]
+
+
+def test_the_stats_file_reports_where_the_step_thread_spent_its_time(worker: Any) -> None:
+    w, _ = worker
+    recs = _records(w.topics.input)
+    half = len(recs) // 2
+    flush = w.store.writer.flush
+
+    def slow_flush() -> None:
+        time.sleep(0.05)  # the ledger takes a while: the store stage must show it
+        flush()
+
+    w.store.writer.flush = slow_flush  # type: ignore[method-assign]
+
+    async def go() -> None:
+        w.telemetry.consumed(half)
+        await _batch(w, recs[:half])
+        await asyncio.sleep(0.02)  # between the two steps
+        w.telemetry.consumed(len(recs) - half)
+        await _batch(w, recs[half:])
+
+    asyncio.run(go())
+    seconds = w.telemetry.stage_seconds
+    assert set(seconds) == {"step_thread", "step_thread_cpu", "store", "between_steps"}
+    assert 0.1 <= seconds["store"] < seconds["step_thread"]  # two stores of >= 50 ms each
+    assert seconds["step_thread_cpu"] > 0 and seconds["between_steps"] >= 0.02
+    w.telemetry.write_stats(force=True)
+    doc = orjson.loads((w.settings.state_dir / "worker-stats.json").read_bytes())
+    per_event = {k: v / len(recs) * 1e6 for k, v in seconds.items()}
+    assert doc["stage_us"] == pytest.approx(per_event, rel=1e-3)
