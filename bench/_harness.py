@@ -41,7 +41,7 @@ MODULE_BENCHES = ("stages", "publisher", "parse", "ledger", "scaleout")
 NAMES = (*PIPELINE_PARTS, *MODULE_BENCHES)
 ALIASES = {"pipeline": PIPELINE_PARTS, "all": NAMES}
 RESULTS_DIR = Path(__file__).resolve().parent.parent / ".bench"
-DEFAULT_RATE = 5000.0  # events/s offered in the freshness part (bench_pipeline.DEFAULT_RATE)
+DEFAULT_RATES = (2500.0, 5000.0)  # events/s offered in the freshness part, each in turn
 
 Row = dict[str, Any]
 
@@ -79,7 +79,30 @@ TARGETS = (
         20_000,
         "events/s",
     ),
-    Target("p99 freshness <= 1 s at 5,000 events/s", "pipeline", "freshness_p99", "<=", 1000, "ms"),
+    Target(
+        "p99 freshness <= 1 s at 2,500 events/s",
+        "pipeline",
+        "freshness_2500_p99",
+        "<=",
+        1000,
+        "ms",
+    ),
+    Target(
+        "p99 freshness <= 2 s at 5,000 events/s",
+        "pipeline",
+        "freshness_5000_p99",
+        "<=",
+        2000,
+        "ms",
+    ),
+    Target(
+        "p99 freshness <= 1 s at 5,000 events/s (goal)",
+        "pipeline",
+        "freshness_5000_p99",
+        "<=",
+        1000,
+        "ms",
+    ),
     Target(
         "billing (all tenants) p95 <= 100 ms",
         "ledger",
@@ -144,9 +167,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--rate",
         type=_positive_float,
-        default=DEFAULT_RATE,
+        nargs="+",
+        action="extend",
         metavar="R",
-        help="events/s offered in the freshness part (default %(default).0f)",
+        help="events/s offered in the freshness part, each rate on a fresh topic and worker "
+        "(default: 2500 and 5000; the targets name these two)",
     )
     p.add_argument(
         "--state-store",
@@ -161,6 +186,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="where to write the results (default .bench/results-<timestamp>.json)",
     )
     args = p.parse_args(argv)
+    args.rate = list(args.rate or DEFAULT_RATES)
     chosen: set[str] = set()
     for name in args.only or NAMES:
         chosen.update(ALIASES.get(name, (name,)))
@@ -194,19 +220,17 @@ def render_table(rows: Sequence[Row]) -> str:
     return "\n".join([line(header), rule, *(line(c) for c in cells)])
 
 
-def evaluate_targets(rows: Sequence[Row], rate: float = DEFAULT_RATE) -> list[dict[str, Any]]:
-    """Each target with its measured value and status ("met", "not met", "not measured")."""
+def evaluate_targets(rows: Sequence[Row]) -> list[dict[str, Any]]:
+    """Each target with its measured value and status ("met", "not met", "not measured");
+    a freshness target is measured only when its rate was offered (``--rate``)."""
     found = {(r["bench"], r["metric"]): r["value"] for r in rows}
     out = []
     for t in TARGETS:
         value = found.get((t.bench, t.metric))
         status = "not measured" if value is None else ("met" if t.met(value) else "not met")
-        label = t.label
-        if t.metric == "freshness_p99" and rate != DEFAULT_RATE:
-            label += f" (measured at {rate:,.0f} events/s)"
         out.append(
             {
-                "target": label,
+                "target": t.label,
                 "metric": f"{t.bench}/{t.metric}",
                 "op": t.op,
                 "threshold": t.threshold,
@@ -292,7 +316,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             got, errs = measure(
                 args.quick,
                 events=args.events,
-                rate=args.rate,
+                rates=args.rate,
                 parts=parts,
                 state_store=args.state_store,
                 log_dir=RESULTS_DIR / f"logs-{stamp}",
@@ -312,7 +336,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except Exception as exc:  # one broken benchmark must not hide the others
             errors.append(f"{name}: {type(exc).__name__}: {exc}")
             _log(errors[-1])
-    targets = evaluate_targets(rows, args.rate)
+    targets = evaluate_targets(rows)
     doc = results_document(rows, targets, errors, args, started, time.monotonic() - t0, load_start)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     out_path.write_text(json.dumps(doc, indent=1) + "\n")

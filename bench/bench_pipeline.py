@@ -13,10 +13,11 @@ one simulated fleet without chaos (~200k events; quick: ~30k), published once to
   ``events * (batches - 1) / batches / (last_batch_at - first_batch_at)``. Without a
   stats file, from committed offsets sampled every 0.5 s. Peak RSS is the worker's
   ``VmHWM`` just before it is stopped.
-- ``freshness``: a fresh topic and a fresh worker; after a warm-up of a few records,
-  records of the same fleet re-stamped with ``ts`` = now (``bench._load``) are offered at
-  ``rate`` events/s for 30 s (quick: 10 s); p50/p90/p99 freshness (now minus event ``ts``
-  when its row is acknowledged by ClickHouse) come from the worker's stats file.
+- ``freshness``: at each offered rate (default 2,500 and 5,000 events/s), a fresh topic
+  and a fresh worker; after a warm-up of a few records, records of the same fleet
+  re-stamped with ``ts`` = now (``bench._load``) are offered at that rate for 30 s (quick:
+  10 s); p50/p90/p99 freshness (now minus event ``ts`` when its row is acknowledged by
+  ClickHouse) come from the worker's stats file, as rows ``freshness_<rate>_<figure>``.
 
 Example::
 
@@ -39,11 +40,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DEFAULT_RATE", "PARTS", "measure", "peak_rss_kib", "read_stats", "run", "stats_rate"]
+__all__ = ["DEFAULT_RATES", "PARTS", "measure", "peak_rss_kib", "read_stats", "run", "stats_rate"]
 
 BENCH = "pipeline"
 PARTS = ("baseline", "worker", "freshness")
-DEFAULT_RATE = 5000.0
+DEFAULT_RATES = (2500.0, 5000.0)  # events/s offered in turn in the freshness part
 EVENTS_FULL, EVENTS_QUICK = 200_000, 30_000
 FRESHNESS_SECONDS_FULL, FRESHNESS_SECONDS_QUICK = 30.0, 10.0
 EVENTS_PER_RUN = 14.3  # mean events per run of the simulator's scenario mix without chaos
@@ -270,6 +271,11 @@ def stage_rows(stats: dict[str, Any]) -> list[dict[str, Any]]:
     return [_row(f"worker_stage_{name}", float(us), "us/event") for name, us in stages.items()]
 
 
+def freshness_prefix(rate: float) -> str:
+    """The row names' prefix of the freshness figures at ``rate`` events/s offered."""
+    return f"freshness_{rate:.0f}"
+
+
 def _freshness(
     values: Sequence[bytes], settings: Any, rate: float, seconds: float, logs: Path, log: Log
 ) -> list[dict[str, Any]]:
@@ -278,7 +284,8 @@ def _freshness(
 
     boot, topic = settings.kafka_bootstrap_servers, settings.topics.input
     asyncio.run(ensure_topics(settings))
-    with _Worker(settings, logs / "worker-freshness.log") as w:
+    name = freshness_prefix(rate)
+    with _Worker(settings, logs / f"worker-{name}.log") as w:
         asyncio.run(
             offer_load(values, boot, topic, rate=1000, count=WARMUP_RECORDS, first_tag="-warmup")
         )
@@ -294,21 +301,40 @@ def _freshness(
         f"freshness: p50 {fresh['p50']:.0f} ms, p99 {fresh['p99']:.0f} ms over "
         f"{fresh.get('count', 0):,} rows at {load.rate:,.0f} events/s offered"
     )
-    rows = [_row("freshness_offered_rate", load.rate, "events/s")]
+    rows = [_row(f"{name}_offered_rate", load.rate, "events/s")]
     rows += [
-        _row(f"freshness_{q}", fresh[q], "ms") for q in ("p50", "p90", "p99", "max") if q in fresh
+        _row(f"{name}_{q}", fresh[q], "ms") for q in ("p50", "p90", "p99", "max") if q in fresh
     ]
-    rows.append(_row("freshness_rows", fresh.get("count", 0), "rows"))
+    rows.append(_row(f"{name}_rows", fresh.get("count", 0), "rows"))
     if rss is not None:
-        rows.append(_row("freshness_worker_peak_rss", rss / 1024, "MiB"))
+        rows.append(_row(f"{name}_worker_peak_rss", rss / 1024, "MiB"))
     return rows
+
+
+def _freshness_step(
+    values: Sequence[bytes],
+    bootstrap: str,
+    rate: float,
+    root: Path,
+    logs: Path,
+    log: Log,
+    state_store: str,
+    seconds: float,
+) -> Callable[[], list[dict[str, Any]]]:
+    """The freshness part at one rate, on a topic and a worker of its own."""
+
+    def step() -> list[dict[str, Any]]:
+        settings = _settings(bootstrap, freshness_prefix(rate).replace("_", "-"), root, state_store)
+        return _freshness(values, settings, rate, seconds, logs, log)
+
+    return step
 
 
 def measure(
     quick: bool = False,
     *,
     events: int | None = None,
-    rate: float = DEFAULT_RATE,
+    rates: Sequence[float] = DEFAULT_RATES,
     parts: Sequence[str] = PARTS,
     state_store: str = "rocksdb",
     log_dir: Path | None = None,
@@ -339,17 +365,22 @@ def measure(
             broker.up()
             log(f"broker up at {broker.bootstrap} in {time.perf_counter() - t0:.1f}s")
             throughput = _settings(broker.bootstrap, "throughput", root, state_store)
-            fresh = _settings(broker.bootstrap, "freshness", root, state_store)
             publish = "baseline" in parts or "worker" in parts
             values = _publish_fleet(target, throughput, log, publish=publish)
             rows.append(_row("fleet_events", len(values), "events"))
-            steps: list[tuple[str, Callable[[], list[dict[str, Any]]]]] = [
-                ("baseline", lambda: _baseline(throughput, len(values), root, log)),
-                ("worker", lambda: _worker(throughput, len(values), logs, log)),
-                ("freshness", lambda: _freshness(values, fresh, rate, seconds, logs, log)),
+            # (part, its name in an error message, the step)
+            steps: list[tuple[str, str, Callable[[], list[dict[str, Any]]]]] = [
+                ("baseline", "baseline", lambda: _baseline(throughput, len(values), root, log)),
+                ("worker", "worker", lambda: _worker(throughput, len(values), logs, log)),
             ]
-            for name, step in steps:
-                if name not in parts:
+            steps += [
+                ("freshness", f"freshness at {rate:,.0f} events/s",
+                 _freshness_step(values, broker.bootstrap, rate, root, logs, log, state_store,
+                                 seconds))
+                for rate in rates
+            ]  # fmt: skip
+            for part, name, step in steps:
+                if part not in parts:
                     continue
                 try:
                     rows += step()

@@ -21,7 +21,7 @@ def test_defaults_run_every_benchmark_in_order() -> None:
         "baseline", "worker", "freshness", "stages", "publisher", "parse", "ledger",
         "scaleout",
     ]  # fmt: skip
-    assert (args.quick, args.events, args.rate, args.json) == (False, None, 5000.0, None)
+    assert (args.quick, args.events, args.rate, args.json) == (False, None, [2500.0, 5000.0], None)
     assert args.state_store == "rocksdb"
 
 
@@ -33,7 +33,10 @@ def test_only_expands_pipeline_and_keeps_the_run_order() -> None:
 
 def test_options_are_parsed() -> None:
     args = harness.parse_args(["--events", "1000", "--rate", "2500", "--json", "out/r.json"])
-    assert (args.events, args.rate, args.json) == (1000, 2500.0, Path("out/r.json"))
+    assert (args.events, args.rate, args.json) == (1000, [2500.0], Path("out/r.json"))
+    assert harness.parse_args(["--rate", "1000", "8000", "--rate", "3000"]).rate == [
+        1000.0, 8000.0, 3000.0,
+    ]  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -77,16 +80,28 @@ def test_targets_report_met_not_met_and_not_measured() -> None:
     assert status["pipeline/worker_vs_baseline"] == "met"
     assert status["pipeline/worker_events_per_s"] == "not met"
     assert status["ledger/run_timeline_p95"] == "met"  # the bound is inclusive
-    assert status["pipeline/freshness_p99"] == "not measured"
+    assert status["pipeline/freshness_2500_p99"] == "not measured"
     text = harness.render_targets(harness.evaluate_targets(rows))
     assert "12,000 events/s" in text and "not measured" in text
 
 
-def test_freshness_target_names_a_different_offered_rate() -> None:
-    rows = [_row("pipeline", "freshness_p99", 800.0, "ms")]
-    (fresh,) = [t for t in harness.evaluate_targets(rows, rate=8000) if "freshness" in t["metric"]]
-    assert fresh["status"] == "met"
-    assert "measured at 8,000 events/s" in fresh["target"]
+def test_freshness_targets_are_read_at_their_own_offered_rate() -> None:
+    rows = [
+        _row("pipeline", "freshness_2500_p99", 800.0, "ms"),
+        _row("pipeline", "freshness_5000_p99", 1500.0, "ms"),
+        _row("pipeline", "freshness_8000_p99", 100.0, "ms"),  # a rate no target names
+    ]
+    fresh = {
+        t["target"]: t["status"] for t in harness.evaluate_targets(rows) if "fresh" in t["metric"]
+    }
+    assert fresh == {
+        "p99 freshness <= 1 s at 2,500 events/s": "met",
+        "p99 freshness <= 2 s at 5,000 events/s": "met",
+        "p99 freshness <= 1 s at 5,000 events/s (goal)": "not met",
+    }
+    only_8000 = [_row("pipeline", "freshness_8000_p99", 100.0, "ms")]
+    statuses = {t["status"] for t in harness.evaluate_targets(only_8000) if "fresh" in t["metric"]}
+    assert statuses == {"not measured"}
 
 
 def test_main_prints_the_table_and_writes_the_json(
