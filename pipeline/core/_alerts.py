@@ -140,7 +140,8 @@ class ExhaustionAlerter:
 def stale_alert(
     run_id: str, tenant: str | None, last_us: int, wm_us: int, stale_after_s: float, state: str
 ) -> AlertRow:
-    """The alert of a run with no terminal for longer than the stale threshold."""
+    """The alert of a run with no terminal for longer than the stale threshold, as of event
+    time ``wm_us`` (firing: when it went stale; resolved: when its terminal closed it)."""
     return AlertRow(
         alert_id=f"{RULE_STALE}:{run_id}",
         rule=RULE_STALE,

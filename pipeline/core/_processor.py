@@ -372,15 +372,24 @@ class Processor(KeyedProcessor[RunState]):
         self._dirty.add(run.run_id)
 
     def _stale_alert(self, run: RunState, out: Output, state: str) -> None:
-        """Raise (or resolve) the alert of a run without a terminal past the stale threshold."""
+        """Raise (or resolve) the alert of a run without a terminal past the stale threshold.
+
+        It fires at the event time the run went stale (its last event plus the threshold),
+        not at the watermark the scan saw: that depends on where batches cut (rule 10). It
+        resolves at the watermark of the close, whose timing is the grace period's.
+        """
         tenant = None
         if run.facts:
             tenant = _classified(run).meta.get("tenant_id")
+        last_us = run.last_us or 0
+        at_us = self.clock.watermark_us
+        if state == "firing":
+            at_us = min(at_us, last_us + int(self.config.stale_after_s * _US))
         row = stale_alert(
             run.run_id,
             tenant,
-            run.last_us or 0,
-            self.clock.watermark_us,
+            last_us,
+            at_us,
             self.config.stale_after_s,
             state,
         )

@@ -8,6 +8,7 @@ import orjson
 import pytest
 
 from prism.pipeline.core import CoreConfig, Processor, RunState
+from prism.pipeline.core._run import from_us
 from tests.fixtures.runs import NOW, T0, RunBuilder, deliveries
 
 CFG = CoreConfig(grace_period_s=30, stale_after_s=3600, tombstone_retention_s=86400)
@@ -159,6 +160,12 @@ def test_stale_run_is_marked_incomplete_on_event_time_and_alerted():
     assert [(a.rule, a.state, a.key) for a in out.ledger.alerts] == [
         ("stale_run", "firing", "stale")
     ]
+    (fired,) = out.ledger.alerts
+    # it fires at the event time the run went stale, not at the watermark that saw it
+    # (two hours on): where batches cut must not move it (rule 10)
+    assert fired.ts == fired.window_end == fired.window_start + timedelta(seconds=3600)
+    assert fired.value == fired.threshold == CFG.stale_after_s == 3600
+    assert from_us(proc.clock.watermark_us) > fired.ts + timedelta(minutes=30)
     assert not out.closed  # no made-up terminal
     # its terminal arrives after all: the run closes and the alert resolves
     late = RunBuilder("stale").started().turn(1).finished()
