@@ -173,6 +173,9 @@ class Settings(BaseSettings):
     # often that every stage of the step ran about a quarter slower (bench/README.md). The
     # loop waits up to this long for the GIL, far below any Kafka timeout.
     gil_switch_interval_seconds: float = Field(default=0.05, ge=0.001, le=1.0, allow_inf_nan=False)
+    # Parse the next batch's records while this batch's insert waits on ClickHouse (which
+    # holds no GIL then); off: each batch is parsed in its own step (bench/README.md).
+    parse_ahead: bool = True
 
     # Worker state and observability
     state_store: Literal["rocksdb", "memory"] = "rocksdb"

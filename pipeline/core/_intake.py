@@ -132,6 +132,9 @@ class Intake:
         self.processors: dict[int, Processor] = {}
         self.channels: dict[int, ChannelProcessor] = {}
         self.ticked_at: dict[int, float] = {}  # lane -> ``now`` of its last step or tick
+        # parse_ahead's results, by the identity of the value parsed: (that value, result)
+        self._ahead: dict[int, tuple[bytes, Any]] = {}
+        self.ahead_used = 0  # values a step took from parse_ahead instead of parsing them
 
     def processor(self, partition: int) -> Processor:
         """The partition's processor (created empty; ``Processor.load`` restores state)."""
@@ -281,12 +284,64 @@ class Intake:
         self._alerts(out)
         return out
 
+    def parse_ahead(
+        self,
+        values: Iterable[bytes | None],
+        slice_size: int = 0,
+        between: Callable[[], object] = lambda: None,
+        stop: Callable[[], bool] = lambda: False,
+    ) -> int:
+        """Parse now the values a coming step is expected to take; return how many.
+
+        Parsing is a function of the value's bytes alone, so it may run before the step,
+        in another thread: the worker parses the next batch while this batch's insert
+        waits on ClickHouse without the GIL. A step takes each result at most once, matched
+        by the identity of the value (the same bytes object), and parses every other value
+        as usual: one read back, re-delivered, stepped again in a bisection, or not parsed
+        ahead yet. Each call replaces what the last one left, so at most one batch's results
+        are held. ``slice_size``: parse that many values at a time, publishing each slice's
+        results and calling ``between()`` after it; ``stop()`` true ends the parse there
+        (the step has begun and parses the rest itself).
+        """
+        kept = [v for v in values if v]
+        step = slice_size or len(kept) or 1
+        ahead: dict[int, tuple[bytes, Any]] = {}
+        self._ahead = ahead
+        for i in range(0, len(kept), step):
+            if stop():
+                break
+            part = kept[i : i + step]
+            items = self._parse_values(part)
+            ahead.update((id(v), (v, item)) for v, item in zip(part, items, strict=True))
+            between()
+        return len(ahead)
+
     # -- internals ----------------------------------------------------------------------
     def _parse(self, records: Sequence[InRecord]) -> list[Any]:
-        """Parse every record; only values naming the channel family take the dispatching
+        """Every record's parse: ``parse_ahead``'s result where it has one, else parsed now."""
+        values = [r.value or b"" for r in records]
+        ahead = self._ahead
+        if not ahead:
+            return self._parse_values(values)
+        out: list[Any] = [None] * len(values)
+        missed: list[int] = []
+        for i, value in enumerate(values):
+            hit = ahead.pop(id(value), None)
+            if hit is not None and hit[0] is value:
+                out[i] = hit[1]
+            else:
+                missed.append(i)
+        self.ahead_used += len(values) - len(missed)
+        if missed:
+            parsed = self._parse_values([values[i] for i in missed])
+            for i, item in zip(missed, parsed, strict=True):
+                out[i] = item
+        return out
+
+    def _parse_values(self, values: list[bytes]) -> list[Any]:
+        """Parse every value; only values naming the channel family take the dispatching
         parser, so agent events keep the fast path (``parse_fast_batch``: a ``FastEvent``
         where msgspec accepts the value, ``parse_batch``'s result where it declines)."""
-        values = [r.value or b"" for r in records]
         marked = [i for i, v in enumerate(values) if _CHANNEL_MARK in v]
         if not marked:
             return parse_fast_batch(values, max_bytes=self.max_event_bytes)

@@ -44,10 +44,11 @@ import atexit
 import logging
 import os
 import socket
+import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -110,6 +111,19 @@ class _Stored:
     epoch: int  # the rebalance epoch it was stepped in
 
 
+_PARSE_AHEAD_SLICE = 128  # values parsed ahead between two pauses
+_PARSE_AHEAD_PAUSE = 0.0001  # seconds
+
+
+@dataclass(frozen=True, slots=True)
+class _ParseAhead:
+    """The parse of the next batch beside a store: ``start`` once the store has begun,
+    ``stop`` once the next step has (it parses what is left)."""
+
+    start: threading.Event = field(default_factory=threading.Event)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+
 def _record(topic: str, rec: OutRecord, partition: int | None = None) -> ProducedRecord:
     return ProducedRecord(topic, rec.key, rec.value, partition, tuple(rec.headers))
 
@@ -163,6 +177,9 @@ class PipelineWorker:
         self.gc = GcPolicy()
         self._stored: _Stored | None = None  # stored in the ledger, steps 3-4 to come
         self._step_ended: float | None = None  # perf_counter when the last step 2 ended
+        self._ahead: _ParseAhead | None = None  # the parse of the batch to be stepped next
+        self._ahead_tasks: set[asyncio.Future[None]] = set()
+        self._store_begins: threading.Event | None = None  # set when the step's store begins
         self.telemetry = WorkerTelemetry(settings.state_dir / "worker-stats.json")
         atexit.register(self.telemetry.write_stats, force=True)
         self._last_log = 0.0
@@ -268,12 +285,21 @@ class PipelineWorker:
         ordered = {p: batches[p] for p in sorted(batches)}
         size = sum(map(len, ordered.values()))
         with self.telemetry.insert_span(size):
-            storing = asyncio.to_thread(self._step_and_store, ordered, self.clock())
-            if self._stored is None:
-                out = await storing
-            else:  # the previous batch's steps 3-4 beside this one's step 2
-                out, _ = await asyncio.gather(storing, self._finish_stored())
+            beside: list[Awaitable[object]] = []
+            if self._stored is not None:  # the previous batch's steps 3-4 beside this step 2
+                beside.append(self._finish_stored())
+            previous, ahead = self._ahead, self._start_parse_ahead()
+            storing = asyncio.ensure_future(
+                asyncio.to_thread(self._step_and_store, ordered, self.clock(), previous, ahead)
+            )
+            try:
+                await asyncio.gather(storing, *beside)
+                out = storing.result()
+            finally:  # cancelled before the step thread began: the parse need not wait
+                if ahead is not None:
+                    ahead.start.set()
         self.telemetry.acknowledged(out.event_ts)
+        self.telemetry.counts["parsed_ahead"] = self.intake.ahead_used
         offsets = {p: (ack_from[p], recs[-1].offset) for p, recs in ordered.items()}
         self._stored = _Stored(out, offsets, self.intake.clock.watermark_us, epoch)
         return True
@@ -298,15 +324,30 @@ class PipelineWorker:
             self._epoch = epoch
         return epoch
 
-    def _step_and_store(self, batches: dict[int, list[InRecord]], now: float) -> Output:
+    def _step_and_store(
+        self,
+        batches: dict[int, list[InRecord]],
+        now: float,
+        previous: _ParseAhead | None = None,
+        ahead: _ParseAhead | None = None,
+    ) -> Output:
         """Step 2 in the step thread, timed for the stage figures (``WorkerTelemetry.stage``):
-        the thread's wall and CPU time, and the wall time since the previous step ended."""
+        the thread's wall and CPU time, and the wall time since the previous step ended.
+
+        ``previous`` is the parse of this batch begun beside the last store: it stops here
+        (what it has not parsed, the step parses). ``ahead`` is the parse of the next batch:
+        it starts once this step's store begins (``_store_bounded``), or when it ends."""
         started, cpu = time.perf_counter(), time.thread_time()
+        if previous is not None:
+            previous.stop.set()
+        self._store_begins = ahead.start if ahead is not None else None
         if self._step_ended is not None:
             self.telemetry.stage("between_steps", started - self._step_ended)
         try:
             return store_isolating(self.intake, batches, now, self._store_bounded)
         finally:
+            if ahead is not None:  # also when nothing was stored
+                ahead.start.set()
             self._step_ended = time.perf_counter()
             self.telemetry.stage("step_thread", self._step_ended - started)
             self.telemetry.stage("step_thread_cpu", time.thread_time() - cpu)
@@ -326,10 +367,55 @@ class PipelineWorker:
                     "(PRISM_MAX_EVENT_BYTES sets it)"
                 )
         started = time.perf_counter()
+        if self._store_begins is not None:  # the next batch's parse may start now
+            self._store_begins.set()
         try:
             self.store(out)
         finally:
             self.telemetry.stage("store", time.perf_counter() - started)
+
+    def _start_parse_ahead(self) -> _ParseAhead | None:
+        """Begin parsing the records queued for the next batch (``Settings.parse_ahead``),
+        in a thread of its own that waits for this batch's store to begin; None when off or
+        nothing is queued."""
+        self._ahead = None
+        if not self.settings.parse_ahead:
+            return None
+        values = [r.value for c in self.bulk.peek(self.settings.batch_max_events)
+                  for r in c.records]  # fmt: skip
+        if not values:
+            return None
+        ahead = self._ahead = _ParseAhead()
+        task = asyncio.ensure_future(asyncio.to_thread(self._parse_ahead, values, ahead))
+        self._ahead_tasks.add(task)
+        task.add_done_callback(self._parse_ahead_done)
+        return ahead
+
+    def _parse_ahead_done(self, task: asyncio.Future[None]) -> None:
+        self._ahead_tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:  # the next step parses all
+            log.error("parsing the next batch ahead failed", exc_info=task.exception())
+
+    def _parse_ahead(self, values: list[bytes | None], ahead: _ParseAhead) -> None:
+        """The next batch's parse (``Intake.parse_ahead``), from the moment this batch's
+        store begins: its INSERTs wait on ClickHouse without the GIL, which the parse then
+        has; its core step is done by then, so only the pure parse runs beside the store
+        (and a bisection's re-steps, which parse their values themselves). It stops when
+        the next step begins, which takes what was parsed and parses the rest."""
+        ahead.start.wait()
+        if ahead.stop.is_set():
+            return
+        started = time.perf_counter()
+        # In slices, each followed by a short sleep: a sleep blocks, so the store's thread
+        # takes the GIL the moment an INSERT returns instead of waiting out a switch
+        # interval (a zero sleep lets this thread take the GIL straight back).
+        self.intake.parse_ahead(
+            values,
+            slice_size=_PARSE_AHEAD_SLICE,
+            between=lambda: time.sleep(_PARSE_AHEAD_PAUSE),
+            stop=ahead.stop.is_set,
+        )
+        self.telemetry.stage("parse_ahead", time.perf_counter() - started)
 
     async def _finish_stored(self) -> None:
         """Steps 3-4 of the batch last stored: produce records and state, acknowledge.
@@ -581,6 +667,9 @@ class PipelineWorker:
         """The consumer has stopped: finish the stored batch (faust's last commit takes its
         offsets), let notifiers deliver what they queued, write stats."""
         self._stopping = True
+        if self._ahead is not None:  # no step follows: the parse ends now
+            self._ahead.stop.set()
+            self._ahead.start.set()
         try:
             async with asyncio.timeout(30.0), self._lock:  # a batch in flight ends first
                 await self._finish_stored()

@@ -135,6 +135,20 @@ class BulkIntake:
             if out:
                 return out
 
+    def peek(self, max_records: int) -> list[Chunk]:
+        """The chunks ``take(max_records)`` would return now, left queued (none: it would
+        wait). More may arrive before the take, and join the batch it returns."""
+        out: list[Chunk] = []
+        taken = 0
+        generation = self.app.consumer_generation_id
+        for chunk in self._chunks:
+            if out and taken + len(chunk.records) > max_records:
+                break
+            if chunk.generation == generation:
+                out.append(chunk)
+                taken += len(chunk.records)
+        return out
+
     def waiting(self) -> set[tuple[str, int]]:
         """The (topic, partition) pairs with records queued: about to be stepped."""
         return {(chunk.topic, chunk.partition) for chunk in self._chunks}

@@ -249,7 +249,9 @@ class WorkerTelemetry:
         - ``step_thread_cpu``: the step thread's CPU time (the rest of its wall time it
           waited: for the GIL, or for ClickHouse);
         - ``between_steps``: wall time from one step's end to the next one's start (with a
-          backlog, the worker's per-batch overhead; when idle, the wait for records).
+          backlog, the worker's per-batch overhead; when idle, the wait for records);
+        - ``parse_ahead``: wall time of the next batch's parse in its own thread, beside
+          this batch's store (``Settings.parse_ahead``).
         """
         self.stage_seconds[name] += seconds
 
@@ -397,6 +399,7 @@ class WorkerTelemetry:
             "insert_ms": self.insert_ms.summary(),
             "batch_size": self.batch_sizes.summary(),
             "stage_us": self.stage_us(),
+            "parsed_ahead": self.counts["parsed_ahead"],
             "lag": sum(self.lag.values()),
         }
         tmp = self.stats_path.with_suffix(".tmp")

@@ -144,3 +144,39 @@ def test_forget_drops_the_queued_chunks_of_revoked_partitions() -> None:
     assert asyncio.run(go()) == [0]
     assert bulk.pending == 0
     assert bulk.waiting() == set()
+
+
+def test_peek_shows_what_take_would_return_and_leaves_it_queued() -> None:
+    fetches = [
+        {TP(INPUT, 0): _recs(0, 3)},
+        {TP(INPUT, 1): _recs(0, 3)},
+        {TP(CHANNELS, 0): _recs(0, 4)},
+    ]
+    consumer = _Consumer(fetches)
+    bulk, app = _bulk(consumer)
+
+    def offsets(chunks: list[Any]) -> list[tuple[str, int, list[int]]]:
+        return [(c.topic, c.partition, [r.offset for r in c.records]) for c in chunks]
+
+    async def go() -> list[Any]:
+        for _ in range(3):  # three fetches
+            await consumer._wait_next_records(1.0)
+        app.consumer_generation_id = 2  # a rebalance: what was queued is stale ...
+        assert bulk.peek(100) == []  # ... and take would drop it, so peek shows none
+        app.consumer_generation_id = 1
+        seen = [offsets(bulk.peek(n)) for n in (1, 6, 7, 100)]
+        pending = bulk.pending
+        taken = offsets(await bulk.take(6))
+        return [seen, pending, taken, offsets(bulk.peek(100))]
+
+    seen, pending, taken, rest = asyncio.run(go())
+    first, second = (INPUT, 0, [0, 1, 2]), (INPUT, 1, [0, 1, 2])
+    assert seen == [
+        [first],
+        [first, second],
+        [first, second],
+        [first, second, (CHANNELS, 0, [0, 1, 2, 3])],
+    ]
+    assert pending == 10  # peeking took nothing
+    assert taken == seen[1]  # take(6) returned what peek(6) showed
+    assert rest == [(CHANNELS, 0, [0, 1, 2, 3])]

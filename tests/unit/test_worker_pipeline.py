@@ -349,3 +349,83 @@ def test_the_stats_file_reports_where_the_step_thread_spent_its_time(worker: Any
     doc = orjson.loads((w.settings.state_dir / "worker-stats.json").read_bytes())
     per_event = {k: v / len(recs) * 1e6 for k, v in seconds.items()}
     assert doc["stage_us"] == pytest.approx(per_event, rel=1e-3)
+
+
+@pytest.mark.parametrize("enabled", [True, False], ids=["parse-ahead", "off"])
+def test_the_next_batch_is_parsed_beside_this_ones_store(worker: Any, enabled: bool) -> None:
+    """The records queued behind a batch are parsed once its core step is done (while its
+    store runs), and the next step takes those results; off, nothing is parsed ahead."""
+    from prism.pipeline.worker._faust import in_record
+
+    w, timeline = worker
+    w.settings = w.settings.model_copy(update={"parse_ahead": enabled})
+    recs = _records(w.topics.input)
+    half = len(recs) // 2
+    msgs = [
+        SimpleNamespace(value=r.value, topic=r.source, partition=0, offset=r.offset, key=r.key,
+                        headers=[])
+        for r in recs[half:]
+    ]  # fmt: skip
+    # batch 2 is queued in the bulk intake while batch 1 is stepped
+    w.bulk._chunks.append(Chunk(w.topics.input, 0, msgs, w.app.consumer_generation_id))
+    events: list[tuple[str, float]] = []
+    step, parse_ahead = w.intake.step, w.intake.parse_ahead
+
+    def recording_step(*args: Any, **kwargs: Any) -> Any:
+        out = step(*args, **kwargs)
+        events.append(("stepped", time.perf_counter()))
+        return out
+
+    def recording_parse_ahead(values: Any, **kwargs: Any) -> int:
+        events.append(("parse_ahead", time.perf_counter()))
+        return parse_ahead(values, **kwargs)
+
+    w.intake.step = recording_step  # type: ignore[method-assign]
+    w.intake.parse_ahead = recording_parse_ahead  # type: ignore[method-assign]
+
+    async def go() -> int:
+        await _batch(w, recs[:half])
+        used = w.intake.ahead_used
+        # the worker does not wait for the parse (the next step parses what it has not);
+        # the test does, so that it has parsed everything
+        await asyncio.gather(*w._ahead_tasks)
+        w.bulk._chunks.clear()  # taken
+        await w._handle_batch({0: [in_record(m) for m in msgs]})
+        await w._finish_stored()
+        return used
+
+    used_by_first = asyncio.run(go())
+    assert used_by_first == 0  # nothing was parsed ahead for the first batch
+    acks = [step for kind, step in timeline.steps if kind == "ack"]
+    assert acks == [(0, 0, half - 1), (0, half, len(recs) - 1)]
+    kinds = [kind for kind, _ in events]
+    if not enabled:
+        assert kinds == ["stepped", "stepped"] and w.intake.ahead_used == 0
+        assert "parse_ahead" not in w.telemetry.stage_seconds
+        return
+    assert kinds == ["stepped", "parse_ahead", "stepped"]  # only after batch 1's core step
+    assert w.intake.ahead_used == len({id(m.value) for m in msgs if m.value}) > 0
+    assert w.telemetry.stage_seconds["parse_ahead"] > 0
+    w.telemetry.write_stats(force=True)
+    doc = orjson.loads((w.settings.state_dir / "worker-stats.json").read_bytes())
+    assert doc["parsed_ahead"] == w.intake.ahead_used
+
+
+def test_a_step_stops_the_parse_of_its_batch_and_starts_the_next_at_its_store(
+    worker: Any,
+) -> None:
+    w, _ = worker
+    recs = _records(w.topics.input)
+    previous, ahead = _app._ParseAhead(), _app._ParseAhead()
+    flush = w.store.writer.flush
+    seen: list[tuple[bool, bool]] = []
+
+    def flush_seeing() -> None:  # what the store sees when it begins
+        seen.append((previous.stop.is_set(), ahead.start.is_set()))
+        flush()
+
+    w.store.writer.flush = flush_seeing  # type: ignore[method-assign]
+    w._settle()
+    w._step_and_store({0: recs}, w.now[0], previous, ahead)
+    assert seen == [(True, True)]  # the earlier parse was told to stop; this one may start
+    assert not ahead.stop.is_set()  # the next batch's parse runs on until its step begins
