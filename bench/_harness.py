@@ -23,6 +23,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from bench.bench_pipeline import DEFAULT_RATES
+
 __all__ = [
     "MODULE_BENCHES",
     "NAMES",
@@ -41,7 +43,6 @@ MODULE_BENCHES = ("stages", "publisher", "parse", "ledger", "scaleout")
 NAMES = (*PIPELINE_PARTS, *MODULE_BENCHES)
 ALIASES = {"pipeline": PIPELINE_PARTS, "all": NAMES}
 RESULTS_DIR = Path(__file__).resolve().parent.parent / ".bench"
-DEFAULT_RATES = (2500.0, 5000.0)  # events/s offered in the freshness part, each in turn
 
 Row = dict[str, Any]
 

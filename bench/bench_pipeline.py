@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import json
 import math
 import subprocess
@@ -277,14 +278,23 @@ def freshness_prefix(rate: float) -> str:
 
 
 def _freshness(
-    values: Sequence[bytes], settings: Any, rate: float, seconds: float, logs: Path, log: Log
+    values: Sequence[bytes],
+    bootstrap: str,
+    root: Path,
+    state_store: str,
+    rate: float,
+    seconds: float,
+    logs: Path,
+    log: Log,
 ) -> list[dict[str, Any]]:
+    """The freshness part at one rate, on a topic and a worker of its own."""
     from bench._load import offer_load
     from prism.pipeline.topics import ensure_topics
 
+    name = freshness_prefix(rate)
+    settings = _settings(bootstrap, name.replace("_", "-"), root, state_store)
     boot, topic = settings.kafka_bootstrap_servers, settings.topics.input
     asyncio.run(ensure_topics(settings))
-    name = freshness_prefix(rate)
     with _Worker(settings, logs / f"worker-{name}.log") as w:
         asyncio.run(
             offer_load(values, boot, topic, rate=1000, count=WARMUP_RECORDS, first_tag="-warmup")
@@ -309,25 +319,6 @@ def _freshness(
     if rss is not None:
         rows.append(_row(f"{name}_worker_peak_rss", rss / 1024, "MiB"))
     return rows
-
-
-def _freshness_step(
-    values: Sequence[bytes],
-    bootstrap: str,
-    rate: float,
-    root: Path,
-    logs: Path,
-    log: Log,
-    state_store: str,
-    seconds: float,
-) -> Callable[[], list[dict[str, Any]]]:
-    """The freshness part at one rate, on a topic and a worker of its own."""
-
-    def step() -> list[dict[str, Any]]:
-        settings = _settings(bootstrap, freshness_prefix(rate).replace("_", "-"), root, state_store)
-        return _freshness(values, settings, rate, seconds, logs, log)
-
-    return step
 
 
 def measure(
@@ -375,8 +366,8 @@ def measure(
             ]
             steps += [
                 ("freshness", f"freshness at {rate:,.0f} events/s",
-                 _freshness_step(values, broker.bootstrap, rate, root, logs, log, state_store,
-                                 seconds))
+                 functools.partial(_freshness, values, broker.bootstrap, root, state_store, rate,
+                                   seconds, logs, log))
                 for rate in rates
             ]  # fmt: skip
             for part, name, step in steps:

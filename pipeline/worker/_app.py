@@ -179,7 +179,6 @@ class PipelineWorker:
         self._step_ended: float | None = None  # perf_counter when the last step 2 ended
         self._ahead: _ParseAhead | None = None  # the parse of the batch to be stepped next
         self._ahead_tasks: set[asyncio.Future[None]] = set()
-        self._store_begins: threading.Event | None = None  # set when the step's store begins
         self.telemetry = WorkerTelemetry(settings.state_dir / "worker-stats.json")
         atexit.register(self.telemetry.write_stats, force=True)
         self._last_log = 0.0
@@ -295,7 +294,7 @@ class PipelineWorker:
             try:
                 await asyncio.gather(storing, *beside)
                 out = storing.result()
-            finally:  # cancelled before the step thread began: the parse need not wait
+            finally:  # the step stored nothing, or was cancelled: the parse need not wait
                 if ahead is not None:
                     ahead.start.set()
         self.telemetry.acknowledged(out.event_ts)
@@ -336,27 +335,28 @@ class PipelineWorker:
 
         ``previous`` is the parse of this batch begun beside the last store: it stops here
         (what it has not parsed, the step parses). ``ahead`` is the parse of the next batch:
-        it starts once this step's store begins (``_store_bounded``), or when it ends."""
+        it starts once this step's store begins (``_store_bounded``); ``_handle_batch``
+        releases it when the step ends without storing."""
         started, cpu = time.perf_counter(), time.thread_time()
         if previous is not None:
             previous.stop.set()
-        self._store_begins = ahead.start if ahead is not None else None
+        begins = ahead.start if ahead is not None else None
         if self._step_ended is not None:
             self.telemetry.stage("between_steps", started - self._step_ended)
         try:
-            return store_isolating(self.intake, batches, now, self._store_bounded)
+            return store_isolating(
+                self.intake, batches, now, lambda out: self._store_bounded(out, begins)
+            )
         finally:
-            if ahead is not None:  # also when nothing was stored
-                ahead.start.set()
             self._step_ended = time.perf_counter()
             self.telemetry.stage("step_thread", self._step_ended - started)
             self.telemetry.stage("step_thread_cpu", time.thread_time() - cpu)
 
-    def _store_bounded(self, out: Output) -> None:
+    def _store_bounded(self, out: Output, begins: threading.Event | None = None) -> None:
         """The batch step's store: refuses a step that would leave a state larger than one
         changelog record holds (before any insert), so ``store_isolating`` dead-letters the
         record that makes it so (``unstorable``) and the partition moves on (rule 15);
-        otherwise stores as usual."""
+        otherwise stores as usual, setting ``begins`` as it starts."""
         limit = self.settings.max_state_bytes
         for key, value in out.state_writes.items():
             if value is not None and len(value) > limit:
@@ -367,8 +367,8 @@ class PipelineWorker:
                     "(PRISM_MAX_EVENT_BYTES sets it)"
                 )
         started = time.perf_counter()
-        if self._store_begins is not None:  # the next batch's parse may start now
-            self._store_begins.set()
+        if begins is not None:  # the next batch's parse may start now
+            begins.set()
         try:
             self.store(out)
         finally:

@@ -120,17 +120,12 @@ class BulkIntake:
             while not self._chunks:
                 self._ready.clear()
                 await self._ready.wait()
-            out: list[Chunk] = []
-            taken = 0
-            generation = self.app.consumer_generation_id
-            while self._chunks and (not out or taken + len(self._chunks[0].records) <= max_records):
+            passed, out = self._select(max_records)
+            for _ in range(passed):  # the chosen chunks, and older generations' among them
                 chunk = self._chunks.popleft()
                 self.pending -= len(chunk.records)
-                if chunk.generation != generation:
+                if chunk.generation != self.app.consumer_generation_id:
                     self.dropped += len(chunk.records)
-                    continue
-                out.append(chunk)
-                taken += len(chunk.records)
             self._room.set()
             if out:
                 return out
@@ -138,16 +133,22 @@ class BulkIntake:
     def peek(self, max_records: int) -> list[Chunk]:
         """The chunks ``take(max_records)`` would return now, left queued (none: it would
         wait). More may arrive before the take, and join the batch it returns."""
+        return self._select(max_records)[1]
+
+    def _select(self, max_records: int) -> tuple[int, list[Chunk]]:
+        """How many chunks from the front a take passes, and those of them it returns: the
+        current generation's, up to about ``max_records`` records (at least one chunk)."""
         out: list[Chunk] = []
-        taken = 0
+        taken = passed = 0
         generation = self.app.consumer_generation_id
         for chunk in self._chunks:
             if out and taken + len(chunk.records) > max_records:
                 break
+            passed += 1
             if chunk.generation == generation:
                 out.append(chunk)
                 taken += len(chunk.records)
-        return out
+        return passed, out
 
     def waiting(self) -> set[tuple[str, int]]:
         """The (topic, partition) pairs with records queued: about to be stepped."""
