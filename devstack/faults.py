@@ -20,6 +20,9 @@ order the worker calls ``LedgerWriter.flush()`` (a retried flush counts again).
 
 - ``refuse_event:ID``: the ledger refuses, as a permanent error, every flush holding a row
   of the event ``ID`` (a poison record: the worker must isolate it and carry on).
+- ``drop_fetch:N``: the worker drops the N-th chunk of records it fetches from an input
+  topic (counted from 1), as it drops records fetched around a rebalance: the consumer's
+  position has moved past them, and nothing fetches them again.
 
 Each fault writes one ``prism-fault: ...`` line to stderr when it fires (failures: the
 first one and the recovery), so a test can check the fault hit where it should.
@@ -61,7 +64,7 @@ MARKER = "prism-fault:"
 
 _REFUSE_RE = re.compile(r"^refuse_event:(?P<event_id>[^,\s]{1,128})$")
 _ITEM_RE = re.compile(
-    r"^(?P<kind>kill_after_insert|kill_mid_insert|fail_inserts)"
+    r"^(?P<kind>kill_after_insert|kill_mid_insert|fail_inserts|drop_fetch)"
     r":(?P<amount>\d+(?:\.\d+)?)(?P<unit>s?)(?:@(?P<start>\d+))?$"
 )
 
@@ -92,10 +95,12 @@ class FaultPlan:
     fail_seconds: float | None = None
     fail_from_flush: int = 1
     refuse_event: str | None = None
+    drop_fetch: int | None = None
     kill: Callable[[], None] = _kill_self
     clock: Callable[[], float] = time.monotonic
     flushes: int = field(default=0, init=False)
     failed: int = field(default=0, init=False)
+    fetched: int = field(default=0, init=False)
     _tables_this_flush: list[str] = field(default_factory=list, init=False)
     _fail_since: float | None = field(default=None, init=False)
     _recovered: bool = field(default=False, init=False)
@@ -126,6 +131,17 @@ class FaultPlan:
         result = insert()
         self._tables_this_flush.append(table)
         return result
+
+    def fetch_hook(self, topic: str, partition: int, records: list[Any]) -> bool:
+        """The worker's ``drop_fetched`` seam: True for the ``drop_fetch``-th chunk."""
+        self.fetched += 1
+        if self.fetched != self.drop_fetch:
+            return False
+        _say(
+            f"drop_fetch: chunk {self.fetched} ({topic}[{partition}] offsets "
+            f"{records[0].offset}..{records[-1].offset}) dropped"
+        )
+        return True
 
     def flush_started(self) -> None:
         """A new flush begins (numbered from 1)."""
@@ -229,7 +245,8 @@ def parse_faults(spec: str) -> FaultPlan | None:
             raise FaultSpecError(
                 f"{SPEC_NAME} item {item!r} is not understood; use kill_after_insert:N, "
                 "kill_mid_insert:N, fail_inserts:N or fail_inserts:Ts, optionally with "
-                "@M on fail_inserts (e.g. fail_inserts:10s@2), or refuse_event:ID, comma-separated"
+                "@M on fail_inserts (e.g. fail_inserts:10s@2), drop_fetch:N, or "
+                "refuse_event:ID, comma-separated"
             )
         kind, amount, seconds, start = m["kind"], m["amount"], m["unit"] == "s", m["start"]
         if kind in seen:
@@ -238,7 +255,8 @@ def parse_faults(spec: str) -> FaultPlan | None:
         if (seconds or start) and kind != "fail_inserts":
             raise FaultSpecError(
                 f"{SPEC_NAME} item {item!r}: only fail_inserts takes seconds or @M; "
-                f"{kind} takes a flush number, e.g. {kind}:3"
+                f"{kind} takes a {'chunk' if kind == 'drop_fetch' else 'flush'} number, "
+                f"e.g. {kind}:3"
             )
         if not seconds and "." in amount:
             raise FaultSpecError(f"{SPEC_NAME} item {item!r}: a count must be a whole number")
@@ -250,6 +268,8 @@ def parse_faults(spec: str) -> FaultPlan | None:
             plan.fail_from_flush = int(start) if start else 1
         elif kind == "kill_after_insert":
             plan.kill_after_insert = int(amount)
+        elif kind == "drop_fetch":
+            plan.drop_fetch = int(amount)
         else:
             plan.kill_mid_insert = int(amount)
         if float(amount) <= 0 or plan.fail_from_flush < 1:
@@ -275,7 +295,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     hooks = WorkerHooks()
     if plan is not None:
         log.warning("test-only fault injection is active: %s", spec)
-        hooks = WorkerHooks(insert_hook=plan.insert_hook, wrap_writer=plan.wrap)
+        hooks = WorkerHooks(
+            insert_hook=plan.insert_hook,
+            wrap_writer=plan.wrap,
+            drop_fetched=plan.fetch_hook if plan.drop_fetch is not None else None,
+        )
     level = logging.DEBUG if options.verbose else logging.INFO
     return run_worker(load_settings(**overrides(options)), loglevel=level, hooks=hooks)
 

@@ -176,6 +176,10 @@ class Settings(BaseSettings):
     # Parse the next batch's records while this batch's insert waits on ClickHouse (which
     # holds no GIL then); off: each batch is parsed in its own step (bench/README.md).
     parse_ahead: bool = True
+    # How long an assigned partition may have records past the worker's position with none
+    # delivered before the worker reads them back itself (records the consumer fetched and
+    # dropped around a rebalance are not fetched again); 0 = never.
+    undelivered_read_back_seconds: float = _seconds(5.0, high=3600.0)
 
     # Worker state and observability
     state_store: Literal["rocksdb", "memory"] = "rocksdb"

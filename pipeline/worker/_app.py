@@ -132,7 +132,9 @@ class PipelineWorker:
     """The faust app with its agents, fed into the shared intake step and the ledger.
 
     ``writer`` is the ledger sink (``sinks.LedgerWriter``); ``alert_sinks`` receive the
-    alerts raised (e.g. the webhook notifier); ``clock`` is processing time.
+    alerts raised (e.g. the webhook notifier); ``clock`` is processing time;
+    ``drop_fetched(topic, partition, records)`` true drops a fetched chunk (a test seam,
+    ``BulkIntake.drop``).
     """
 
     def __init__(
@@ -142,6 +144,7 @@ class PipelineWorker:
         *,
         alert_sinks: Sequence[AlertSink] = (),
         clock: Callable[[], float] = time.time,
+        drop_fetched: Callable[[str, int, list[Any]], bool] | None = None,
     ) -> None:
         self.settings = settings
         self.clock = clock
@@ -188,7 +191,12 @@ class PipelineWorker:
             self.app,
             (self.topics.input, self.topics.channel_operations),
             max_pending=max(40_000, 2 * settings.batch_max_events),
+            drop=drop_fetched,
         )
+        # lane -> (its position, monotonic time) since when its end has been past that
+        # position with nothing of it delivered (``_read_undelivered``)
+        self._undelivered: dict[int, tuple[int, float]] = {}
+        self._in_hand: frozenset[int] = frozenset()  # the lanes of the batch being handled
         self.bulk.install()
         self.app.task(self._bulk_agent)
         # The agent subscribes the input topics (and co-partitions the tables with them);
@@ -227,6 +235,7 @@ class PipelineWorker:
         size = sum(map(len, batches.values()))
         self.telemetry.consumed(size)
         traceparents = [r.traceparent for recs in batches.values() for r in recs]
+        self._in_hand = frozenset(batches)  # taken, not stepped yet: not undelivered
         try:
             with self.telemetry.batch_span(size, traceparents):
                 while True:
@@ -253,6 +262,8 @@ class PipelineWorker:
             return  # stopping while the ledger is down: nothing acknowledged
         except Exception:  # not cancellation: faust stops agents by cancelling them
             die("an unexpected error in the worker's batch step", log)
+        finally:
+            self._in_hand = frozenset()
 
     async def _events_agent(self, stream: faust.Stream) -> None:
         """Subscribes the input topics; their records all go through the bulk intake.
@@ -320,6 +331,7 @@ class PipelineWorker:
                 self.intake.drop(lane)
             self._loaded.clear()
             self.last_offset.clear()
+            self._undelivered.clear()  # positions of the old epoch's lanes
             self._epoch = epoch
         return epoch
 
@@ -448,7 +460,7 @@ class PipelineWorker:
         processed = self.intake.next_offset(partition)
         committed = committed_offset(self.app, self._tp(partition))
         topic, kafka_partition = source_of(self.topics, partition)
-        reader = self.read_back if topic == self.topics.input else self.read_back_channel
+        reader = self._reader(topic)
         full, gaps = await reader.fill(kafka_partition, processed, committed, recs)
         first = full[0].offset
         if processed is not None and committed is not None and committed <= processed:
@@ -504,6 +516,10 @@ class PipelineWorker:
             recs.append(ProducedRecord(self._changelog, key.encode(), value, partition))
         return recs
 
+    def _reader(self, topic: str) -> ReadBack:
+        """The read-back consumer of an input topic."""
+        return self.read_back if topic == self.topics.input else self.read_back_channel
+
     def _tp(self, partition: int) -> TP:
         return TP(*source_of(self.topics, partition))
 
@@ -558,6 +574,8 @@ class PipelineWorker:
             # holds one of them, so its state writes and records come before the tick's.
             waiting = (lane_of(self.topics, t, p) for t, p in self.bulk.waiting())
             busy = {lane for lane in waiting if lane is not None}
+            if await self._read_undelivered(busy):
+                return  # a batch was stepped: the next tick ticks
             quiet = self.intake.quiet(now, self._tick_interval, busy)
             stored = self._stored.offsets if self._stored is not None else {}
             if set(stored) & set(quiet):
@@ -596,6 +614,82 @@ class PipelineWorker:
             self.intake.commit(outs)
             await self._publish(out, epoch)
             await self._after(out)
+
+    async def _read_undelivered(self, busy: set[int]) -> bool:
+        """Read back and step the records of assigned lanes that the consumer no longer
+        delivers; True if a batch was stepped (called by the timer, under the lock).
+
+        The batch read-back (``_without_gaps``) fills what the consumer skipped once later
+        records of the partition arrive. When none do, records fetched and dropped around a
+        rebalance (``BulkIntake``: after faust's seek, before its flow resumed) would wait
+        for good and the group's commit with them. So a lane whose end has stayed past its
+        position, with nothing of it queued or stepped, for
+        ``Settings.undelivered_read_back_seconds`` gets up to a batch read back from its
+        position. Should the consumer deliver them after all, they are re-deliveries,
+        which change nothing.
+        """
+        wait = self.settings.undelivered_read_back_seconds
+        if not wait or self._stopping:
+            return False
+        try:
+            assigned = list(self.app.consumer.assignment())
+        except Exception:  # no consumer assignment yet
+            return False
+        stored = self._stored.offsets if self._stored is not None else {}
+        behind: dict[int, tuple[int, int]] = {}  # lane -> (position, end)
+        for tp in assigned:
+            lane = lane_of(self.topics, tp.topic, tp.partition)
+            end = highwater(self.app, tp)
+            if lane is None or end is None or lane in busy | self._in_hand or lane in stored:
+                continue
+            self._restore(lane)  # its position is in its state
+            position = self.intake.next_offset(lane)
+            if position is None:  # nothing processed: where the first delivery must start
+                position = committed_offset(self.app, tp)
+            if position is None and end > 0:
+                topic, kafka_partition = source_of(self.topics, lane)
+                reader = self._reader(topic)
+                try:
+                    position = await reader.log_start(kafka_partition)
+                except Exception:  # the broker is away: the next tick asks again
+                    continue
+            if position is not None and position < end:
+                behind[lane] = (position, end)
+        now = time.monotonic()
+        since = self._undelivered
+        self._undelivered = {
+            lane: since[lane] if lane in since and since[lane][0] == pos else (pos, now)
+            for lane, (pos, _) in behind.items()
+        }
+        due = {
+            lane: span for lane, span in behind.items() if now - self._undelivered[lane][1] >= wait
+        }
+        if not due:
+            return False
+        batches: dict[int, list[InRecord]] = {}
+        for lane, (position, end) in sorted(due.items()):
+            topic, kafka_partition = source_of(self.topics, lane)
+            reader = self._reader(topic)
+            stop = min(end, position + self.settings.batch_max_events)
+            try:
+                recs = await reader.read(kafka_partition, [(position, stop)])
+            except Exception:  # the broker is away: the next tick tries again
+                log.warning("%s[%d]: reading back undelivered offsets %d..%d failed",
+                            topic, kafka_partition, position, stop - 1, exc_info=True)  # fmt: skip
+                continue
+            log.warning(
+                "%s[%d]: offsets %d..%d were not delivered in %.0fs; read back %d record(s)",
+                topic, kafka_partition, position, end - 1, now - self._undelivered[lane][1],
+                len(recs),
+            )  # fmt: skip
+            self.stats["offsets_read_undelivered"] += len(recs)
+            if recs:
+                batches[lane] = recs
+        if not batches:
+            return False
+        self._undelivered.clear()
+        with self.gc.batch():
+            return await self._handle_batch(batches)
 
     def _progress(self, partitions: list[int]) -> list[ProgressRow]:
         """Each held partition's position, once per ``progress_interval_seconds``."""

@@ -15,7 +15,9 @@ What faust's path did per record is done here per chunk:
 - **flow control:** records fetched while faust has stopped the flow (a rebalance) are
   dropped, as faust drops them; chunks fetched under an older consumer generation are
   dropped when taken. The worker's read-back (``_offsets``) restores anything a dropped
-  chunk leaves missing, so dropping is always safe.
+  chunk leaves missing, so dropping is always safe: with the next records of that
+  partition, or, when none follow, once its end has stayed past the worker's position
+  with nothing delivered (``Settings.undelivered_read_back_seconds``).
 - **backpressure:** at most ``max_pending`` records wait; the fetcher waits for room
   (and gives up the wait when the flow is suspended, dropping the chunk).
 - **acknowledgement:** ``_faust.acknowledge`` marks a chunk's offsets processed once the
@@ -28,7 +30,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,10 +50,18 @@ class Chunk:
 class BulkIntake:
     """Diverts the input topics' records out of faust's per-message path into a queue."""
 
-    def __init__(self, app: Any, topics: Iterable[str], *, max_pending: int = 20_000) -> None:
+    def __init__(
+        self,
+        app: Any,
+        topics: Iterable[str],
+        *,
+        max_pending: int = 20_000,
+        drop: Callable[[str, int, list[Any]], bool] | None = None,
+    ) -> None:
         self.app = app
         self.topics = frozenset(topics)
         self.max_pending = max_pending
+        self.drop = drop  # a test seam: True drops the fetched chunk, as flow control does
         self.pending = 0
         self.dropped = 0
         self._chunks: deque[Chunk] = deque()
@@ -89,6 +99,9 @@ class BulkIntake:
         buffered = consumer._buffered_partitions
         for tp, recs in taken.items():
             if not recs:
+                continue
+            if self.drop is not None and self.drop(tp.topic, tp.partition, recs):
+                self.dropped += len(recs)
                 continue
             if active is not None and tp not in active and tp not in buffered:
                 self.dropped += len(recs)

@@ -24,12 +24,15 @@ class WorkerHooks:
 
     ``insert_hook(table, insert)`` wraps every ledger insert; ``wrap_writer(writer)``
     returns the ledger sink the worker uses instead of ``writer``; ``clock`` is the
-    worker's processing clock (seconds since the epoch).
+    worker's processing clock (seconds since the epoch); ``drop_fetched(topic, partition,
+    records)`` true makes the worker drop a fetched chunk of an input topic, as it does
+    records fetched around a rebalance.
     """
 
     insert_hook: Callable[[str, Callable[[], object]], object] | None = None
     wrap_writer: Callable[[Any], Any] | None = None
     clock: Callable[[], float] = time.time
+    drop_fetched: Callable[[str, int, list[Any]], bool] | None = None
 
 
 def build_worker(settings: Settings, hooks: WorkerHooks | None = None) -> PipelineWorker:
@@ -50,7 +53,10 @@ def build_worker(settings: Settings, hooks: WorkerHooks | None = None) -> Pipeli
         from prism.pipeline.alerting import WebhookNotifier
 
         alert_sinks.append(WebhookNotifier(settings.alert_webhook_url))
-    return PipelineWorker(settings, writer, alert_sinks=alert_sinks, clock=hooks.clock)
+    return PipelineWorker(
+        settings, writer, alert_sinks=alert_sinks, clock=hooks.clock,
+        drop_fetched=hooks.drop_fetched,
+    )  # fmt: skip
 
 
 @contextmanager

@@ -114,7 +114,7 @@ class FaultLab:
             if crash or not w.running:
                 raise AssertionError(
                     f"worker {w.log_path.name} failed "
-                    f"({crash[0] if crash else 'exited'}):\n{w.tail_log(30)}"
+                    f"({crash[0] if crash else 'exited'}):\n{self.tails()}"
                 )
             try:
                 lag, total = committed_lag(
@@ -139,8 +139,26 @@ class FaultLab:
         raise AssertionError(
             f"{w.log_path.name} did not drain {settings.topics.input} in "
             f"{timeout:.0f}s (lag {lag}; committed/end of lagging partitions {behind}):\n"
-            f"{w.tail_log(30)}"
+            f"{self.tails()}"
         )
+
+    def tails(self, lines: int = 30) -> str:
+        """Every worker's state, last log lines and stats file: a stall can be any one's."""
+        parts = []
+        for w in self.workers:
+            state = "running" if w.running else f"exited {w.proc.returncode if w.proc else None}"
+            stats = Path(w.env.get("PRISM_STATE_DIR", ".")) / "worker-stats.json"
+            counts = stats.read_text()[:1500] if stats.exists() else "(no stats file)"
+            try:  # faust's recovery tables crowd out the lines that say what happened
+                text = w.log_path.read_text(errors="replace").splitlines()
+            except OSError:
+                text = ["(no log)"]
+            kept = [line for line in text if not line.startswith(("|", "+", "E       |"))]
+            parts.append(
+                f"--- {w.log_path.name} ({state}):\n" + "\n".join(kept[-lines:]) + "\n"
+                f"--- {w.log_path.name} stats: {counts}"
+            )
+        return "\n".join(parts)
 
     def wait_killed(self, w: WorkerProcess, timeout: float = 90.0) -> list[str]:
         """Wait for the injected SIGKILL; return the worker's ``prism-fault`` lines."""

@@ -10,6 +10,7 @@ import sys
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -82,11 +83,28 @@ def test_a_spec_combines_kinds() -> None:
         "fail_inserts:3@0",
         "explode:1",
         "fail_inserts:3,fail_inserts:4",
+        "drop_fetch:0",
+        "drop_fetch:2s",
+        "drop_fetch:1@2",
     ],
 )
 def test_a_bad_spec_is_refused_with_the_item_named(spec: str) -> None:
     with pytest.raises(FaultSpecError, match="fault spec"):
         parse_faults(spec)
+
+
+def test_drop_fetch_drops_exactly_the_chunk_it_names_and_says_so(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    plan = parse_faults("drop_fetch:2")
+    assert plan is not None and plan.drop_fetch == 2
+    recs = [SimpleNamespace(offset=o) for o in (7, 8, 9)]
+    assert [plan.fetch_hook("t.agent-events", 1, recs) for _ in range(4)] == [
+        False, True, False, False,
+    ]  # fmt: skip
+    assert capfd.readouterr().err == (
+        "prism-fault: drop_fetch: chunk 2 (t.agent-events[1] offsets 7..9) dropped\n"
+    )
 
 
 def test_kill_after_insert_fires_once_every_table_of_the_flush_is_stored() -> None:

@@ -429,3 +429,73 @@ def test_a_step_stops_the_parse_of_its_batch_and_starts_the_next_at_its_store(
     w._step_and_store({0: recs}, w.now[0], previous, ahead)
     assert seen == [(True, True)]  # the earlier parse was told to stop; this one may start
     assert not ahead.stop.is_set()  # the next batch's parse runs on until its step begins
+
+
+@pytest.mark.parametrize("queued", [False, True])
+def test_records_not_delivered_for_a_while_are_read_back_by_the_timer(
+    worker: Any, monkeypatch: pytest.MonkeyPatch, queued: bool
+) -> None:
+    """A partition whose end stays past the worker's position with nothing of it queued
+    (the consumer dropped the fetch and will not fetch it again) is read back from that
+    position and stepped; a partition with records queued is left to its next batch."""
+    w, timeline = worker
+    object.__setattr__(w, "settings", w.settings.model_copy(
+        update={"undelivered_read_back_seconds": 0.05}))  # fmt: skip
+    recs = _records(w.topics.input)
+    half = len(recs) // 2
+    reads: list[tuple[int, list[tuple[int, int]]]] = []
+
+    async def read(partition: int, ranges: list[tuple[int, int]]) -> list[InRecord]:
+        reads.append((partition, ranges))
+        return [r for r in recs if any(a <= r.offset < b for a, b in ranges)]
+
+    monkeypatch.setattr(w.read_back, "read", read)
+    monkeypatch.setattr(w.app.consumer, "assignment", lambda: {TP(w.topics.input, 0)})
+    monkeypatch.setattr(_app, "highwater", lambda app, tp: len(recs))
+
+    async def go() -> None:
+        await _batch(w, recs[:half])
+        await w._finish_stored()
+        if queued:
+            w.bulk._chunks.append(Chunk(w.topics.input, 0, [], w.app.consumer_generation_id))
+        await w._tick()  # lane 0 is behind from now on: not yet long enough
+        assert reads == []
+        await asyncio.sleep(0.1)
+        await w._tick()
+        await w._finish_stored()
+
+    asyncio.run(go())
+    acks = [step for kind, step in timeline.steps if kind == "ack"]
+    if queued:
+        assert reads == [] and acks == [(0, 0, half - 1)]
+        return
+    assert reads == [(0, [(half, len(recs))])]
+    assert acks == [(0, 0, half - 1), (0, half, len(recs) - 1)]
+    assert w.intake.next_offset(0) == len(recs)
+    assert w.stats["offsets_read_undelivered"] == len(recs) - half
+
+
+def test_reading_back_undelivered_records_can_be_turned_off(
+    worker: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    w, timeline = worker
+    object.__setattr__(w, "settings", w.settings.model_copy(
+        update={"undelivered_read_back_seconds": 0.0}))  # fmt: skip
+    recs = _records(w.topics.input)
+
+    async def read(partition: int, ranges: list[tuple[int, int]]) -> list[InRecord]:
+        raise AssertionError("read back with the setting at 0")
+
+    monkeypatch.setattr(w.read_back, "read", read)
+    monkeypatch.setattr(w.app.consumer, "assignment", lambda: {TP(w.topics.input, 0)})
+    monkeypatch.setattr(_app, "highwater", lambda app, tp: 2 * len(recs))
+
+    async def go() -> None:
+        await _batch(w, recs)
+        await w._finish_stored()
+        for _ in range(3):
+            await w._tick()
+            await asyncio.sleep(0.02)
+
+    asyncio.run(go())
+    assert [step for kind, step in timeline.steps if kind == "ack"] == [(0, 0, len(recs) - 1)]
