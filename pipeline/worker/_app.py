@@ -636,24 +636,21 @@ class PipelineWorker:
         except Exception:  # no consumer assignment yet
             return False
         stored = self._stored.offsets if self._stored is not None else {}
+        skip = busy | self._in_hand | set(stored)
         behind: dict[int, tuple[int, int]] = {}  # lane -> (position, end)
         for tp in assigned:
             lane = lane_of(self.topics, tp.topic, tp.partition)
             end = highwater(self.app, tp)
-            if lane is None or end is None or lane in busy | self._in_hand or lane in stored:
+            if lane is None or end is None or end == 0 or lane in skip:
                 continue
             self._restore(lane)  # its position is in its state
-            position = self.intake.next_offset(lane)
-            if position is None:  # nothing processed: where the first delivery must start
-                position = committed_offset(self.app, tp)
-            if position is None and end > 0:
-                topic, kafka_partition = source_of(self.topics, lane)
-                reader = self._reader(topic)
-                try:
-                    position = await reader.log_start(kafka_partition)
-                except Exception:  # the broker is away: the next tick asks again
-                    continue
-            if position is not None and position < end:
+            try:
+                position = await self._reader(tp.topic).expected(
+                    tp.partition, self.intake.next_offset(lane), committed_offset(self.app, tp)
+                )
+            except Exception:  # the broker is away: the next tick asks again
+                continue
+            if position < end:
                 behind[lane] = (position, end)
         now = time.monotonic()
         since = self._undelivered

@@ -70,6 +70,13 @@ class ReadBack:
         starts = await (await self._started()).beginning_offsets([tp])
         return int(starts[tp])
 
+    async def expected(self, partition: int, processed: int | None, committed: int | None) -> int:
+        """The next offset the partition must deliver: ``processed`` (the worker's
+        position), else ``committed`` (the group's), else the log's first offset."""
+        if processed is not None:
+            return processed
+        return committed if committed is not None else await self.log_start(partition)
+
     async def fill(
         self, partition: int, processed: int | None, committed: int | None, recs: list[InRecord]
     ) -> tuple[list[InRecord], list[tuple[int, int]]]:
@@ -82,9 +89,7 @@ class ReadBack:
         dropped and not fetched again), so none is taken from the first delivery.
         Returns the records and the half-open ranges read back.
         """
-        expected = processed if processed is not None else committed
-        if expected is None:
-            expected = await self.log_start(partition)
+        expected = await self.expected(partition, processed, committed)
         gaps = missing_ranges(expected, (r.offset for r in recs))
         if not gaps:
             return recs, []

@@ -153,7 +153,7 @@ class FaultLab:
                 text = w.log_path.read_text(errors="replace").splitlines()
             except OSError:
                 text = ["(no log)"]
-            kept = [line for line in text if not line.startswith(("|", "+", "E       |"))]
+            kept = [line for line in text if not line.startswith(("|", "+"))]
             parts.append(
                 f"--- {w.log_path.name} ({state}):\n" + "\n".join(kept[-lines:]) + "\n"
                 f"--- {w.log_path.name} stats: {counts}"
