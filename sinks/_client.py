@@ -10,6 +10,8 @@ per engine path and hands it out again; asking for a second path in the same pro
 fails with ``LedgerConfigError`` instead of chDB's low-level message. An absolute engine
 path must have an existing parent directory (a typo is not turned into a directory tree);
 a relative one, like the default ``./.data/ledger``, is created under the working directory.
+``connect(..., create=False)``, what every command that only reads uses, creates nothing:
+a chDB path that holds no engine, or a database that does not exist, is ``no ledger at ...``.
 """
 
 from __future__ import annotations
@@ -199,12 +201,16 @@ def _host_port(hostport: str, shown: str) -> tuple[str, int | None]:
     return host, int(port_text)
 
 
-def connect(dsn: str | SecretStr, database: str | None = None) -> Client:
+def connect(dsn: str | SecretStr, database: str | None = None, *, create: bool = True) -> Client:
     """A clickhouse-connect client for ``dsn``; its default database is ``database`` if it exists.
 
     chDB clients are cached per engine path (one engine per process), so calling this
     twice with the same path returns the same client. Every ``sinks`` function qualifies
     table names with the database, so the client's default only matters for ad hoc SQL.
+
+    ``create=False`` is for readers: nothing is created, and a chDB path without an engine
+    or a ``database`` (else the DSN's) that does not exist raises ``LedgerConfigError``
+    ``no ledger at PATH (...)`` instead of an empty engine that answers "Unknown table".
 
     Example::
 
@@ -216,11 +222,30 @@ def connect(dsn: str | SecretStr, database: str | None = None) -> Client:
         validate_identifier(database)
     target = parse_dsn(dsn)
     text = dsn.get_secret_value() if isinstance(dsn, SecretStr) else dsn
-    client = _chdb_client(text, target) if target.kind == "chdb" else _http_client(text, target)
+    if not create and target.kind == "chdb":
+        _require_engine(target.path or _MEMORY)
+    client = (
+        _chdb_client(text, target, create=create)
+        if target.kind == "chdb"
+        else _http_client(text, target)
+    )
     wanted = database or target.database
-    if wanted and client.database != wanted and database_exists(client, wanted):
+    exists = bool(wanted) and database_exists(client, str(wanted))
+    if not create and wanted and not exists:
+        where = target.path if target.kind == "chdb" else redact_dsn(text)
+        raise LedgerConfigError(
+            f"no ledger at {where} (it has no database {wanted!r}; run `make demo`, or pass "
+            "--clickhouse or --database)"
+        )
+    if wanted and client.database != wanted and exists:
         client.database = wanted
     return client
+
+
+def _require_engine(path: str) -> None:
+    """A reader's chDB path must hold an engine already (its ``metadata`` directory)."""
+    if path == _MEMORY or not (Path(path) / "metadata").is_dir():
+        raise LedgerConfigError(f"no ledger at {path} (run `make demo` or pass --clickhouse)")
 
 
 def database_exists(client: Client, database: str) -> bool:
@@ -237,14 +262,14 @@ def chdb_options(dsn: str) -> dict[str, str]:
     return {k: v[0] for k, v in parse_qs(dsn.partition("?")[2]).items()}
 
 
-def _chdb_client(dsn: str, target: DsnTarget) -> Client:
+def _chdb_client(dsn: str, target: DsnTarget, *, create: bool = True) -> Client:
     path = target.path or _MEMORY
     with _lock:
         cached = _chdb_clients.get(path)
         if cached is not None and cached.ping():
             return cached
         _chdb_clients.pop(path, None)
-        if path != _MEMORY:  # a bad path is named first, whatever else this process holds
+        if path != _MEMORY and create:  # a bad path is named first, whatever else is held
             _check_engine_dir(Path(path))
             _prepare_engine_dir(Path(path))
         others = [p for p, c in _chdb_clients.items() if c.ping()]

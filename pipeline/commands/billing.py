@@ -150,7 +150,7 @@ def _run(args: argparse.Namespace) -> int:
         database = args.database or "prism"
         print(billing_sql(database, args.group_by, tenant=args.tenant is not None).strip())
         return 0
-    client, database = connection(args)
+    client, database = connection(args, read_only=True)
     lines = billing_report(
         client, database, args.start, args.end, tenant=args.tenant, group_by=args.group_by
     )
@@ -168,7 +168,7 @@ def _run(args: argparse.Namespace) -> int:
 def _run_invoice(args: argparse.Namespace) -> int:
     from prism.sinks import InvoiceLine, Reconciliation, invoice
 
-    client, database = connection(args)
+    client, database = connection(args, read_only=True)
     inv = invoice(client, database, args.month, tenant=args.tenant)
     checks = [
         (r.tenant_id, r.month, r.figure, r.currency, r.ledger, r.invoice, r.ok)

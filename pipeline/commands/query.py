@@ -71,14 +71,19 @@ def add_connection_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--database", help="ledger database (default PRISM_CLICKHOUSE_DATABASE, prism)")
 
 
-def connection(args: argparse.Namespace) -> tuple[Any, str]:
-    """The client and database the arguments (or the settings) name."""
+def connection(args: argparse.Namespace, *, read_only: bool = False) -> tuple[Any, str]:
+    """The client and database the arguments (or the settings) name.
+
+    ``read_only``: the command only reads, so nothing may be created: a chDB path or a
+    database that holds no ledger stops it with ``no ledger at PATH (...)``.
+    """
     from prism.pipeline.settings import load_settings
     from prism.sinks import connect
 
     settings = load_settings()
     database = args.database or settings.clickhouse_database
-    return connect(args.clickhouse or settings.clickhouse_dsn, database), database
+    dsn = args.clickhouse or settings.clickhouse_dsn
+    return connect(dsn, database, create=not read_only), database
 
 
 def _param(text: str) -> tuple[str, str]:
@@ -118,7 +123,7 @@ def _run(args: argparse.Namespace) -> int:
                 "change the ledger adds --allow-writes"
             ) from None
     params = _parameters(args.params)
-    client, _ = connection(args)
+    client, _ = connection(args, read_only=not args.allow_writes)
     if args.allow_writes:
         result = query(client, args.sql, params)
     else:

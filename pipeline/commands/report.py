@@ -28,7 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=Path,
         default=None,
         metavar="PATH",
-        help="where to write the page (default .data/report.html)",
+        help="where to write the page; its directory must exist (default .data/report.html)",
     )
     p.add_argument(
         "--from", dest="start", type=_when, help="start, YYYY-MM-DD or ISO time (default: data)"
@@ -59,6 +59,19 @@ def _when(text: str) -> datetime:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value
 
 
+def _out_path(out: Path | None, default: Path) -> Path:
+    """Where the page goes; a mistyped ``--out`` is refused, never made into directories."""
+    path = out if out is not None else default
+    if path.is_dir():
+        raise ValueError(f"--out {path} is a directory; name the file, e.g. {path / 'report.html'}")
+    if out is not None and not path.parent.is_dir():
+        raise ValueError(
+            f"--out {path}: the directory {path.parent} does not exist; create it first "
+            "(mkdir -p) or pick another path"
+        )
+    return path
+
+
 def _run(args: argparse.Namespace) -> int:
     try:
         from prism.pipeline.report import DEFAULT_OUT, build_report
@@ -70,7 +83,8 @@ def _run(args: argparse.Namespace) -> int:
     from prism.pipeline.settings import load_settings
     from prism.sinks import redact_dsn  # the ledger's own rule for hiding passwords
 
-    client, database = connection(args)
+    out = _out_path(args.out, DEFAULT_OUT)
+    client, database = connection(args, read_only=True)
     dsn = args.clickhouse or load_settings().clickhouse_dsn
     report = build_report(
         client,
@@ -80,7 +94,10 @@ def _run(args: argparse.Namespace) -> int:
         end=args.end,
         tenants=args.tenant,
     )
-    path = report.write(args.out or DEFAULT_OUT)
+    created = not out.parent.exists()  # only the default's directory (.data) may be missing
+    path = report.write(out)
+    if created:
+        print(f"created the directory {path.parent}")
     drawn = len(report.results) - len(report.empty) - len(report.failed)
     print(f"wrote {path} ({drawn} of {len(report.results)} panels with data)")
     for result in report.empty:
