@@ -11,11 +11,13 @@ from grafana_foundation_sdk.models import dashboard as dashboard_models
 
 from prism.dashboards._panels import (
     TENANT_FILTER,
+    TOP_SERIES,
     Board,
     ch,
     stat_panel,
     table_panel,
     timeseries_panel,
+    top_series,
 )
 
 __all__ = ["UID", "cache_efficiency"]
@@ -103,38 +105,44 @@ def cache_efficiency(database: str | None = None) -> dashboard_models.Dashboard:
     b.add(
         timeseries_panel(
             "Cache write tokens by provider / model",
-            "Tokens written to the prompt cache per interval for each provider / model.",
+            f"Tokens written to the prompt cache per interval for each provider / model: the "
+            f"{TOP_SERIES} largest over the range, the rest summed as 'other'.",
             "short",
             [
                 ch(
-                    f"""
-                    SELECT $__timeInterval(minute) AS time,
-                           concat(provider, ' / ', model) AS series,
-                           sum(cache_write_tokens) AS write_tokens
-                    FROM cache_hits_1m
-                    WHERE {_WHERE}
-                    GROUP BY time, series
-                    ORDER BY time, series
-                    """
+                    top_series(
+                        f"""
+                        SELECT $__timeInterval(minute) AS time,
+                               concat(provider, ' / ', model) AS series,
+                               sum(cache_write_tokens) AS value
+                        FROM cache_hits_1m
+                        WHERE {_WHERE}
+                        GROUP BY time, series
+                        """,
+                        "write_tokens",
+                    )
                 )
             ],
             stacked=True,
         ),
         timeseries_panel(
             "Turns without cache reports by provider / model",
-            "Provider turns per interval that report no cache read tokens, per provider / model.",
+            f"Provider turns per interval that report no cache read tokens, per provider / "
+            f"model: the {TOP_SERIES} largest over the range, the rest summed as 'other'.",
             "short",
             [
                 ch(
-                    f"""
-                    SELECT $__timeInterval(minute) AS time,
-                           concat(provider, ' / ', model) AS series,
-                           sum(turns_not_reporting_cache) AS unreported_turns
-                    FROM cache_hits_1m
-                    WHERE {_WHERE}
-                    GROUP BY time, series
-                    ORDER BY time, series
-                    """
+                    top_series(
+                        f"""
+                        SELECT $__timeInterval(minute) AS time,
+                               concat(provider, ' / ', model) AS series,
+                               sum(turns_not_reporting_cache) AS value
+                        FROM cache_hits_1m
+                        WHERE {_WHERE}
+                        GROUP BY time, series
+                        """,
+                        "unreported_turns",
+                    )
                 )
             ],
             stacked=True,

@@ -17,13 +17,18 @@ from prism.dashboards._cost_runs import (
     runs_filter,
 )
 from prism.dashboards._panels import (
+    CURRENCY,
     TENANT_FILTER,
+    TOP_SERIES,
     Board,
     ch,
+    currency_filter,
+    currency_variable,
     stat_panel,
     table_panel,
     tenant_filter,
     timeseries_panel,
+    top_series,
 )
 
 __all__ = ["UID", "cost_and_usage"]
@@ -72,6 +77,7 @@ def cost_and_usage(
     )
     if run_filters:
         add_run_variables(b)
+    b.variable(currency_variable())
     b.add(
         stat_panel(
             "Billable tokens",
@@ -125,20 +131,23 @@ def cost_and_usage(
     b.add(
         timeseries_panel(
             "Billable tokens by tenant and model",
-            "Billable provider_turn tokens per interval, one series per tenant / model.",
+            f"Billable provider_turn tokens per interval, one series per tenant / model: the "
+            f"{TOP_SERIES} largest over the range, the rest summed as 'other'.",
             "short",
             [
                 ch(
-                    f"""
-                    SELECT $__timeInterval(recorded_at) AS time,
-                           concat(ifNull(tenant_id, '(none)'), ' / ', ifNull(model, '(none)'))
-                               AS series,
-                           sum({TOKENS}) AS tokens
-                    FROM billing_usage
-                    WHERE {billable}
-                    GROUP BY time, series
-                    ORDER BY time, series
-                    """
+                    top_series(
+                        f"""
+                        SELECT $__timeInterval(recorded_at) AS time,
+                               concat(ifNull(tenant_id, '(none)'), ' / ', ifNull(model, '(none)'))
+                                   AS series,
+                               sum({TOKENS}) AS value
+                        FROM billing_usage
+                        WHERE {billable}
+                        GROUP BY time, series
+                        """,
+                        "tokens",
+                    )
                 )
             ],
             w=24,
@@ -147,25 +156,30 @@ def cost_and_usage(
     )
     b.add(
         timeseries_panel(
-            "Reported cost by tenant and model",
-            "Cost of reported provider_turn usage per interval, one series per tenant / model "
-            "/ currency (amounts in that currency).",
-            "short",
+            "Reported cost by tenant and model ($currency)",
+            f"Cost of reported provider_turn usage per interval in one currency (one panel "
+            f"per currency: amounts in two currencies never add up), one series per tenant / "
+            f"model: the {TOP_SERIES} largest over the range, the rest summed as 'other'.",
+            "none",
             [
                 ch(
-                    f"""
-                    SELECT $__timeInterval(recorded_at) AS time,
-                           concat(ifNull(tenant_id, '(none)'), ' / ', ifNull(model, '(none)'),
-                                  ' ', ifNull(currency, '')) AS series,
-                           toFloat64(sum(cost)) AS reported_cost
-                    FROM billing_usage
-                    WHERE cost IS NOT NULL AND {billable}
-                    GROUP BY time, series
-                    ORDER BY time, series
-                    """
+                    top_series(
+                        f"""
+                        SELECT $__timeInterval(recorded_at) AS time,
+                               concat(ifNull(tenant_id, '(none)'), ' / ', ifNull(model, '(none)'))
+                                   AS series,
+                               toFloat64(sum(cost)) AS value
+                        FROM billing_usage
+                        WHERE cost IS NOT NULL AND {billable} AND {currency_filter()}
+                        GROUP BY time, series
+                        """,
+                        "reported_cost",
+                    )
                 )
             ],
+            w=24,
             stacked=True,
+            repeat=CURRENCY,
         ),
         timeseries_panel(
             "Estimated share by confidence",

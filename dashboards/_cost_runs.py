@@ -11,9 +11,11 @@ from __future__ import annotations
 from grafana_foundation_sdk.builders import table
 
 from prism.dashboards._panels import (
+    CURRENCY,
     TENANT_FILTER,
     Board,
     ch,
+    currency_filter,
     query_variable,
     selected,
     table_panel,
@@ -90,7 +92,8 @@ def _breakdown(name: str, column: str, limit: int) -> table.Panel:
     return table_panel(
         f"Cost by {name}",
         f"Per {name} and currency over the time range: runs, billable (reported) tokens, "
-        f"estimated tokens (never priced) and reported cost; the {limit} most expensive.",
+        f"estimated tokens (never priced) and reported cost; the {limit} most expensive of "
+        "each currency, ranked within their currency.",
         "short",
         ch(
             f"""
@@ -101,8 +104,8 @@ def _breakdown(name: str, column: str, limit: int) -> table.Panel:
             FROM {_SCOPED}
             WHERE {_WHERE}
             GROUP BY {name}, currency
-            ORDER BY reported_cost DESC, billable DESC
-            LIMIT {limit}
+            ORDER BY currency, reported_cost DESC, billable DESC
+            LIMIT {limit} BY currency
             """
         ),
         w=8,
@@ -121,9 +124,9 @@ def add_run_panels(b: Board) -> None:
     b.add(
         table_panel(
             "Top 20 most expensive runs",
-            "The runs with the highest reported cost in the time range (per currency), with "
-            "their agent, user, model and outcome. Click a run id to open it in the run "
-            "explorer.",
+            "The 20 runs with the highest reported cost in the time range in each currency, "
+            "ranked within their currency, with their agent, user, model and outcome. Click a "
+            "run id to open it in the run explorer.",
             "short",
             ch(
                 f"""
@@ -136,8 +139,8 @@ def add_run_panels(b: Board) -> None:
                 FROM {_SCOPED}
                 WHERE cost IS NOT NULL AND {_WHERE}
                 GROUP BY run_id, currency
-                ORDER BY reported_cost DESC
-                LIMIT 20
+                ORDER BY currency, reported_cost DESC
+                LIMIT 20 BY currency
                 """
             ),
             field_units={"reported_cost": "none"},
@@ -163,7 +166,7 @@ def add_run_panels(b: Board) -> None:
                 FROM {_SCOPED}
                 WHERE cost IS NOT NULL AND {_WHERE}
                 GROUP BY agent, currency
-                ORDER BY reported_cost DESC
+                ORDER BY currency, reported_cost DESC
                 """
             ),
             w=12,
@@ -175,23 +178,24 @@ def add_run_panels(b: Board) -> None:
             },
         ),
         timeseries_panel(
-            "Cost per successful run",
-            "Per interval and currency: reported cost divided by the succeeded runs that "
-            "recorded usage in that interval.",
+            "Cost per successful run ($currency)",
+            "Per interval, in one currency (one panel per currency): reported cost divided "
+            "by the succeeded runs that recorded usage in that interval.",
             "none",
             [
                 ch(
                     f"""
-                    SELECT $__timeInterval(recorded_at) AS time, ifNull(currency, '') AS currency,
+                    SELECT $__timeInterval(recorded_at) AS time,
                            toFloat64(sum(cost)) / nullIf(uniqIf(run_id, status = 'succeeded'), 0)
                                AS cost_per_success
                     FROM {_SCOPED}
-                    WHERE cost IS NOT NULL AND {_WHERE}
-                    GROUP BY time, currency
-                    ORDER BY time, currency
+                    WHERE cost IS NOT NULL AND {_WHERE} AND {currency_filter()}
+                    GROUP BY time
+                    ORDER BY time
                     """
                 )
             ],
+            repeat=CURRENCY,
         ),
     )
     b.add(

@@ -13,10 +13,18 @@ from datetime import UTC, datetime
 from typing import Any
 
 from prism.dashboards._clickhouse_query import DATASOURCE_VARIABLE_REF, PLUGIN_ID
-from prism.dashboards._errors import MacroError
+from prism.dashboards._errors import DashboardError, MacroError
 from prism.dashboards._macros import TimeRange, Variable, expand_alert_query, expand_query
+from prism.dashboards._panels import CURRENCY, time_axis
 
-__all__ = ["lint_alerting", "lint_dashboard", "lint_expanded_sql", "unsafe_interpolations"]
+__all__ = [
+    "lint_alerting",
+    "lint_dashboard",
+    "lint_expanded_sql",
+    "lint_money",
+    "lint_readability",
+    "unsafe_interpolations",
+]
 
 _VAR_RE = re.compile(r"\$(\w+)|\$\{(\w+)[^}]*\}|\[\[(\w+)")
 # The two safe ways a dashboard variable reaches SQL: percent-encoded inside a literal
@@ -28,6 +36,22 @@ _EXPR_UID = "__expr__"
 _RUNBOOK_PARTS = ("What it means:", "Query to run:", "What to do:")
 # Any fixed range will do: alert SQL is expanded only to see that nothing is left over.
 _PROBE = TimeRange(datetime(2024, 1, 1, tzinfo=UTC), datetime(2024, 1, 1, 1, tzinfo=UTC))
+
+# Money: a sum of cost, and the clauses that group, rank and cut it.
+_COST_SUM_RE = re.compile(r"\bsum\w*\(\s*(?:\w+\.)?cost\b", re.IGNORECASE)
+_CLAUSE_END = r"(?=\bORDER\s+BY\b|\bLIMIT\b|\bHAVING\b|\bSETTINGS\b|\)|$)"
+_GROUP_RE = re.compile(r"\bGROUP\s+BY\s+(.+?)" + _CLAUSE_END, re.IGNORECASE | re.DOTALL)
+_ORDER_RE = re.compile(
+    r"\bORDER\s+BY\s+(.+?)(?=\bLIMIT\b|\)|$)(?:\s*LIMIT\s+\d+(\s+BY\s+[\w, ]+)?)?",
+    re.IGNORECASE | re.DOTALL,
+)
+_ONE_CURRENCY = f"${{{CURRENCY}:percentencode}}"
+# Series labels with a handful of values: a stack of them stays readable without folding.
+_BOUNDED_SERIES = {
+    "time", "status", "axis", "code", "reason", "confidence", "class", "state", "transition",
+    "pack",
+}  # fmt: skip
+_TOP_FORM = ("dense_rank() OVER", "'other'")
 
 
 def _walk_datasources(node: Any, path: str = "") -> Iterator[tuple[str, Any]]:
@@ -104,9 +128,86 @@ def lint_dashboard(dash: Mapping[str, Any]) -> list[str]:
             continue
         title = f"{name}/{panel.get('title', panel.get('id'))!s}"
         problems += _lint_panel(title, panel, variables)
+        problems += lint_readability(title, panel)
         for target in panel.get("targets") or []:
             sql = target.get("rawSql") or ""
             problems += _lint_sql(f"{title}/{target.get('refId')}", sql, probe_vars)
+            problems += lint_money(f"{title}/{target.get('refId')}", panel, sql)
+    return problems
+
+
+def lint_money(where: str, panel: Mapping[str, Any], sql: str) -> list[str]:
+    """Amounts in different currencies never add up, and never rank against each other.
+
+    A query summing ``cost`` either shows one currency (the panel repeats over
+    ``$currency`` and filters on it) or groups by currency, and ranks (ORDER BY ... cost,
+    LIMIT) within a currency; a time series always shows one currency, so no axis carries
+    two.
+    """
+    if not _COST_SUM_RE.search(sql):
+        return []
+    if panel.get("repeat") == CURRENCY and _ONE_CURRENCY in sql:
+        return []
+    if panel.get("type") == "timeseries":
+        return [
+            f"{where}: plots cost of several currencies on one axis; repeat the panel over "
+            f"${CURRENCY} and filter on currency_filter()"
+        ]
+    problems = []
+    for match in _COST_SUM_RE.finditer(sql):
+        group = _GROUP_RE.search(sql, match.end())
+        if group is None or "currency" not in group.group(1):
+            problems.append(
+                f"{where}: sums cost without grouping by currency "
+                f"({match.group(0)}...): amounts in two currencies never add up"
+            )
+    for order in _ORDER_RE.finditer(sql):
+        keys, limit_by = order.group(1), order.group(2)
+        if "cost" not in keys:
+            continue
+        if not keys.strip().startswith("currency"):
+            problems.append(
+                f"{where}: ORDER BY {' '.join(keys.split())!r} ranks cost across currencies; "
+                "order by currency first"
+            )
+        if "LIMIT" in order.group(0).upper() and "currency" not in (limit_by or ""):
+            problems.append(f"{where}: a LIMIT on ranked cost must be LIMIT n BY currency")
+    return problems
+
+
+def lint_readability(title: str, panel: Mapping[str, Any]) -> list[str]:
+    """A time series names the clock its axis shows, and a stack folds past its top N.
+
+    Receive time and event time lie hours apart on replayed or late data: a panel plots
+    one of them and says which in its title or description. A stack of more than a few
+    series (tenants, models, tools, agents) keeps its largest and sums the rest as 'other'.
+    """
+    if panel.get("type") != "timeseries":
+        return []
+    sqls = [t.get("rawSql") or "" for t in panel.get("targets") or []]
+    problems = []
+    try:
+        axis = time_axis(sqls)
+    except DashboardError as exc:
+        problems.append(f"{title}: {exc}")
+        axis = None
+    text = f"{panel.get('title', '')} {panel.get('description', '')}".lower()
+    if axis and f"by {axis}" not in text:
+        problems.append(
+            f"{title}: plots by {axis} but its title and description do not say 'by {axis}'"
+        )
+    custom = panel.get("fieldConfig", {}).get("defaults", {}).get("custom", {})
+    if custom.get("stacking", {}).get("mode", "none") == "none":
+        return problems
+    for sql in sqls:
+        groups = _GROUP_RE.findall(sql)
+        keys = {k.strip() for k in groups[-1].split(",")} if groups else set()
+        open_ended = sorted(keys - _BOUNDED_SERIES)
+        if open_ended and not all(part in sql for part in _TOP_FORM):
+            problems.append(
+                f"{title}: stacks one series per {', '.join(open_ended)} with no limit; "
+                "keep the top N and sum the rest as 'other' (top_series)"
+            )
     return problems
 
 

@@ -9,6 +9,7 @@ view names for a test ledger in another database.
 from __future__ import annotations
 
 import re
+import textwrap
 from collections.abc import Mapping, Sequence
 
 from grafana_foundation_sdk.builders import barchart, common, dashboard, stat, table, timeseries
@@ -22,14 +23,22 @@ from prism.dashboards._clickhouse_query import (
     QueryFormat,
     datasource_ref,
 )
+from prism.dashboards._errors import DashboardError
+from prism.dashboards._palette import OTHER_COLOR, color_by_name
 from prism.sinks import VIEWS  # the ledger names users query
 
 __all__ = [
+    "CURRENCY",
+    "EVENT_TIME",
+    "RECEIVE_TIME",
     "TENANT_FILTER",
+    "TOP_SERIES",
     "VIEWS",
     "Board",
     "bars",
     "ch",
+    "currency_filter",
+    "currency_variable",
     "decoded",
     "dedent_sql",
     "qualify",
@@ -37,7 +46,9 @@ __all__ = [
     "stat_panel",
     "table_panel",
     "tenant_filter",
+    "time_axis",
     "timeseries_panel",
+    "top_series",
 ]
 
 
@@ -72,6 +83,65 @@ def tenant_filter(column: str = "tenant_id") -> str:
 
 # The tenant filter every tenant-scoped query uses.
 TENANT_FILTER = tenant_filter()
+
+# The variable money panels repeat over: one panel per currency, never two on one axis.
+CURRENCY = "currency"
+
+# The two clocks a time series can be plotted on, as each panel's description names them.
+EVENT_TIME = "event time"
+RECEIVE_TIME = "receive time"
+_AXIS_NOTE = {
+    EVENT_TIME: "Plotted by event time (the timestamp the runtime gave the event).",
+    RECEIVE_TIME: "Plotted by receive time (when the pipeline received the record).",
+}
+_INTERVAL_RE = re.compile(r"\$__timeInterval(?:_ms)?\(\s*(?:\w+\.)?(\w+)\s*\)")
+
+# Series a stacked chart shows before folding the rest into 'other'.
+TOP_SERIES = 8
+
+
+def time_axis(sqls: Sequence[str]) -> str | None:
+    """The clock the queries bucket time by: ``RECEIVE_TIME`` for ``received_at`` (and the
+    workers' own samples), ``EVENT_TIME`` otherwise; None when they bucket no time.
+
+    Raises ``DashboardError`` when the queries of one panel mix the two clocks: on replayed
+    or late data they lie hours apart and one axis cannot show both.
+    """
+    kinds = {
+        RECEIVE_TIME if col == "received_at" or "FROM worker_progress" in sql else EVENT_TIME
+        for sql in sqls
+        for col in _INTERVAL_RE.findall(sql)
+    }
+    if len(kinds) > 1:
+        raise DashboardError(
+            f"queries plot both {' and '.join(sorted(kinds))} on one time axis; split them "
+            "into a panel per clock"
+        )
+    return kinds.pop() if kinds else None
+
+
+def top_series(inner: str, value: str, n: int = TOP_SERIES) -> str:
+    """``inner``'s (time, series, value) rows with only the ``n`` largest series by total;
+    the rest are summed into one series, 'other'. ``value`` names the value column.
+
+    A stacked chart of 28 series cannot be read; the top 8 and the rest can. The value must
+    add up (counts, tokens, money of one currency), never a rate or a quantile.
+    """
+    return f"""
+    SELECT time, if(place <= {n}, series, 'other') AS label, sum(value) AS {value}
+    FROM (
+        SELECT time, series, value, dense_rank() OVER (ORDER BY total DESC, series) AS place
+        FROM (
+            SELECT time, series, value, sum(value) OVER (PARTITION BY series) AS total
+            FROM (
+{textwrap.indent(dedent_sql(inner), " " * 16)}
+            )
+        )
+    )
+    GROUP BY time, label
+    ORDER BY time, label = 'other', label
+    """
+
 
 _VIEW_RE = re.compile(r"\b(FROM|JOIN)\s+(" + "|".join(VIEWS) + r")\b", re.IGNORECASE)
 
@@ -156,6 +226,28 @@ def tenant_variable() -> dashboard.QueryVariable:
     )
 
 
+def currency_variable() -> dashboard.QueryVariable:
+    """The ``currency`` variable money panels repeat over: currencies priced in the range."""
+    return query_variable(
+        CURRENCY,
+        "Currency",
+        f"""
+        SELECT DISTINCT ifNull(currency, '') AS currency FROM billing_usage
+        WHERE cost IS NOT NULL AND $__timeFilter(recorded_at) AND {TENANT_FILTER}
+        ORDER BY currency
+        """,
+        "Currencies of priced usage in the time range; money panels repeat per currency, "
+        "since amounts in two currencies never add up",
+        include_all=True,
+        multi=True,
+    )
+
+
+def currency_filter(column: str = "currency") -> str:
+    """Rows of the one currency a repeated money panel shows."""
+    return selected(f"ifNull({column}, '')", CURRENCY)
+
+
 def _thresholds(steps: Sequence[tuple[float | None, str]]) -> dashboard.ThresholdsConfig:
     return (
         dashboard.ThresholdsConfig()
@@ -186,12 +278,26 @@ def timeseries_panel(
     h: int = 8,
     stacked: bool = False,
     bars_style: bool = False,
+    colors: Mapping[str, str] | None = None,
+    repeat: str | None = None,
 ) -> timeseries.Panel:
-    """A time-series panel; its targets should return (time, [labels...], value) rows."""
+    """A time-series panel; its targets should return (time, [labels...], value) rows.
+
+    The description gets a sentence naming the clock the x axis shows (``time_axis``);
+    ``colors`` fixes series colours by name ('other' is always grey); ``repeat`` repeats
+    the panel for each value of that variable (``CURRENCY`` for money).
+    """
+    axis = time_axis([str(t.build().raw_sql) for t in targets])
+    if axis:
+        description = f"{description} {_AXIS_NOTE[axis]}"
     panel = timeseries.Panel()
     _common(panel, title, description, unit, w, h)
     for target in targets:
         panel.with_target(target.format(QueryFormat.TIME_SERIES))
+    folded = any("'other'" in str(t.build().raw_sql) for t in targets)
+    color_by_name(panel, {**(colors or {}), **({"other": OTHER_COLOR} if folded else {})})
+    if repeat:
+        _repeat(panel, repeat)
     panel.legend(
         common.VizLegendOptions()
         .display_mode(common_models.LegendDisplayMode.LIST)
@@ -239,6 +345,7 @@ def table_panel(
     h: int = 9,
     field_units: Mapping[str, str] | None = None,
     field_links: Mapping[str, tuple[str, str]] | None = None,
+    repeat: str | None = None,
 ) -> table.Panel:
     """A table panel over a table-format query.
 
@@ -258,7 +365,18 @@ def table_panel(
         panel.override_by_name(
             name, [dashboard_models.DynamicConfigValue(id_val="links", value=[link])]
         )
+    if repeat:
+        _repeat(panel, repeat)
     return panel
+
+
+def _repeat(panel: timeseries.Panel | table.Panel, variable: str) -> None:
+    """One copy of the panel per selected value of ``variable``: charts side by side, two
+    to a row; tables one under the other, at full width, so no column is cut off."""
+    if isinstance(panel, table.Panel):
+        panel.repeat(variable).repeat_direction("v")
+    else:
+        panel.repeat(variable).repeat_direction("h").max_per_row(2)
 
 
 def bars(

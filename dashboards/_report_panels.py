@@ -25,7 +25,18 @@ from prism.dashboards._cache import cache_efficiency
 from prism.dashboards._cost import _BILLABLE as BILLABLE
 from prism.dashboards._cost import TOKENS, cost_and_usage
 from prism.dashboards._errors import DashboardError
-from prism.dashboards._panels import TENANT_FILTER, Board, _Built, bars, ch, table_panel
+from prism.dashboards._panels import (
+    CURRENCY,
+    TENANT_FILTER,
+    Board,
+    _Built,
+    bars,
+    ch,
+    currency_filter,
+    currency_variable,
+    table_panel,
+    time_axis,
+)
 from prism.dashboards._sre import sre_overview
 
 __all__ = ["REPORT_UID", "ReportPanel", "report_dashboard", "report_panels"]
@@ -78,9 +89,10 @@ def _alerts() -> Any:
 
 def _expensive_runs() -> Any:
     return table_panel(
-        "Top expensive runs",
-        "The ten runs with the highest reported provider_turn cost in the time range (each "
-        "in its currency), with their billable tokens; estimates are never priced.",
+        "Top expensive runs ($currency)",
+        "The ten runs with the highest reported provider_turn cost in the time range in one "
+        "currency (one table per currency: runs are ranked against runs of their own "
+        "currency only), with their billable tokens; estimates are never priced.",
         "short",
         ch(
             f"""
@@ -89,7 +101,7 @@ def _expensive_runs() -> Any:
                    toFloat64(sum(cost)) AS reported_cost,
                    sum({TOKENS}) AS billable_tokens, count() AS priced_turns
             FROM billing_usage
-            WHERE cost IS NOT NULL AND {BILLABLE}
+            WHERE cost IS NOT NULL AND {BILLABLE} AND {currency_filter()}
             GROUP BY run_id, tenant, model, currency
             ORDER BY reported_cost DESC, run_id
             LIMIT 10
@@ -97,6 +109,7 @@ def _expensive_runs() -> Any:
         ),
         h=8,
         field_units={"reported_cost": "none"},
+        repeat=CURRENCY,
     )
 
 
@@ -128,8 +141,8 @@ _LAYOUT: Sequence[tuple[str, Sequence[tuple[Builder | None, Any, int]]]] = (
     (
         "Cost and usage",
         (
-            (_cost, "Billable tokens by tenant and model", 12),
-            (_cost, "Reported cost by tenant and model", 12),
+            (_cost, "Billable tokens by tenant and model", 24),
+            (_cost, "Reported cost by tenant and model ($currency)", 12),
         ),
     ),
     (
@@ -148,7 +161,7 @@ _LAYOUT: Sequence[tuple[str, Sequence[tuple[Builder | None, Any, int]]]] = (
     ),
     ("Alerts", ((None, _alerts, 24),)),
     ("Cost per run", ((None, _expensive_runs, 24),)),
-    ("Freshness", ((sre_overview, "Event-time lag (received_at - ts)", 24),)),
+    ("Freshness", ((sre_overview, "Ingest lag (received_at - ts)", 24),)),
 )
 
 
@@ -186,6 +199,7 @@ def report_dashboard(database: str | None = None) -> dashboard_models.Dashboard:
         tags=("prism", "report"),
         time_from="now-6h",
     )
+    b.variable(currency_variable())
     for row, panels in _LAYOUT:
         b.row(row)
         for source, what, width in panels:
@@ -211,6 +225,10 @@ class ReportPanel:
     bars: bool = False  # a time series drawn as bars
     field_units: tuple[tuple[str, str], ...] = ()
     width: int = 12  # of 24 grid columns, as in Grafana
+    colors: tuple[tuple[str, str], ...] = ()  # fixed colours of series, by name
+    time_axis: str | None = None  # the clock of a time series' x axis (EVENT/RECEIVE_TIME)
+    repeat: str | None = None  # the variable Grafana repeats the panel over, one per value
+    repeat_query: str = ""  # that variable's raw SQL (its values)
 
 
 def report_panels(database: str | None = None) -> list[ReportPanel]:
@@ -218,6 +236,7 @@ def report_panels(database: str | None = None) -> list[ReportPanel]:
     from prism.dashboards._provisioning import dashboard_json
 
     data = dashboard_json(report_dashboard(database))
+    queries = {v["name"]: v.get("query") or "" for v in data["templating"]["list"]}
     out: list[ReportPanel] = []
     row = ""
     for panel in data["panels"]:
@@ -226,12 +245,18 @@ def report_panels(database: str | None = None) -> list[ReportPanel]:
             continue
         defaults = panel.get("fieldConfig", {}).get("defaults", {})
         custom = defaults.get("custom", {})
-        units = tuple(
-            (o["matcher"]["options"], p["value"])
+        overrides = [
+            (o["matcher"]["options"], p)
             for o in panel.get("fieldConfig", {}).get("overrides", [])
+            if o["matcher"]["id"] == "byName"
             for p in o.get("properties", [])
-            if p.get("id") == "unit"
+        ]
+        units = tuple((name, p["value"]) for name, p in overrides if p.get("id") == "unit")
+        colors = tuple(
+            (name, p["value"]["fixedColor"]) for name, p in overrides if p.get("id") == "color"
         )
+        targets = tuple(t["rawSql"] for t in panel.get("targets", []))
+        repeat = panel.get("repeat") or None
         out.append(
             ReportPanel(
                 row=row,
@@ -239,11 +264,15 @@ def report_panels(database: str | None = None) -> list[ReportPanel]:
                 description=panel.get("description", ""),
                 kind=panel["type"],
                 unit=defaults.get("unit", "short"),
-                targets=tuple(t["rawSql"] for t in panel.get("targets", [])),
+                targets=targets,
                 stacked=custom.get("stacking", {}).get("mode", "none") != "none",
                 bars=custom.get("drawStyle") == "bars",
                 field_units=units,
                 width=int(panel.get("gridPos", {}).get("w", 12)),
+                colors=colors,
+                time_axis=time_axis(targets) if panel["type"] == "timeseries" else None,
+                repeat=repeat,
+                repeat_query=queries.get(repeat, "") if repeat else "",
             )
         )
     return out

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.models import dashboard as dashboard_models
 
+from prism.dashboards._palette import STATUS_COLORS, status_columns
 from prism.dashboards._panels import (
     TENANT_FILTER,
     Board,
@@ -112,9 +113,9 @@ def sre_overview(database: str | None = None) -> dashboard_models.Dashboard:
     )
     b.add(
         timeseries_panel(
-            "Event-time lag (received_at - ts)",
+            "Ingest lag (received_at - ts)",
             "How long events took from emission (ts) to the ledger (received_at): median and "
-            "p99 per interval, by receive time.",
+            "p99 per interval of arrival.",
             "s",
             [ch(EVENT_TIME_LAG_SQL)],
             w=24,
@@ -123,9 +124,9 @@ def sre_overview(database: str | None = None) -> dashboard_models.Dashboard:
     b.row("Throughput and outcomes")
     b.add(
         timeseries_panel(
-            "Events per second",
-            "Accepted events per second: 'ingested' by the time they reached the ledger, "
-            "'emitted' by their own timestamp (the gap between the two curves is lag).",
+            "Events ingested per second",
+            "Accepted events per second by the time they reached the ledger; a dip while "
+            "emission goes on is the pipeline falling behind.",
             "eps",
             [
                 ch(
@@ -135,9 +136,17 @@ def sre_overview(database: str | None = None) -> dashboard_models.Dashboard:
                     WHERE $__timeFilter(received_at) AND {TENANT_FILTER}
                     GROUP BY time
                     ORDER BY time
-                    """,
-                    "A",
-                ),
+                    """
+                )
+            ],
+            w=6,
+        ),
+        timeseries_panel(
+            "Events emitted per second",
+            "Accepted events per second by their own timestamp: what the runtimes emitted, "
+            "late arrivals included.",
+            "eps",
+            [
                 ch(
                     f"""
                     SELECT $__timeInterval(ts) AS time, count() / $__interval_s AS emitted
@@ -145,31 +154,32 @@ def sre_overview(database: str | None = None) -> dashboard_models.Dashboard:
                     WHERE $__timeFilter(ts) AND {TENANT_FILTER}
                     GROUP BY time
                     ORDER BY time
-                    """,
-                    "B",
-                ),
+                    """
+                )
             ],
+            w=6,
         ),
         timeseries_panel(
             "Runs by status",
             "Runs per interval by their current status, placed at their start (or last event "
-            "while the start is unknown).",
+            "while the start is unknown); one fixed colour per status.",
             "short",
             [
                 ch(
                     f"""
-                    SELECT $__timeInterval(run_time) AS time, status, count() AS runs
+                    SELECT $__timeInterval(run_time) AS time, {status_columns()}
                     FROM (
                         SELECT {_RUN_TIME} AS run_time, status, tenant_id FROM runs
                     )
                     WHERE $__timeFilter(run_time) AND {TENANT_FILTER}
-                    GROUP BY time, status
-                    ORDER BY time, status
+                    GROUP BY time
+                    ORDER BY time
                     """
                 )
             ],
             stacked=True,
             bars_style=True,
+            colors=STATUS_COLORS,
         ),
     )
     b.add(

@@ -12,6 +12,7 @@ from grafana_foundation_sdk.models import dashboard as dashboard_models
 
 from prism.dashboards._panels import (
     TENANT_FILTER,
+    TOP_SERIES,
     Board,
     bars,
     ch,
@@ -20,6 +21,7 @@ from prism.dashboards._panels import (
     stat_panel,
     table_panel,
     timeseries_panel,
+    top_series,
 )
 
 __all__ = ["UID", "tools"]
@@ -118,17 +120,20 @@ def tools(database: str | None = None) -> dashboard_models.Dashboard:
     b.add(
         timeseries_panel(
             "Tool calls by tool",
-            "Calls per interval of each chosen tool, placed at the call's finish time.",
+            f"Calls per interval of each chosen tool, placed at the call's finish time: the "
+            f"{TOP_SERIES} most called over the range, the rest summed as 'other'.",
             "short",
             [
                 ch(
-                    f"""
-                    SELECT $__timeInterval(ts) AS time, tool, count() AS calls
-                    FROM {_CALLS}
-                    WHERE {TOOL_FILTER}
-                    GROUP BY time, tool
-                    ORDER BY time, tool
-                    """
+                    top_series(
+                        f"""
+                        SELECT $__timeInterval(ts) AS time, tool AS series, count() AS value
+                        FROM {_CALLS}
+                        WHERE {TOOL_FILTER}
+                        GROUP BY time, series
+                        """,
+                        "calls",
+                    )
                 )
             ],
             stacked=True,
@@ -223,20 +228,22 @@ def tools(database: str | None = None) -> dashboard_models.Dashboard:
     b.add(
         timeseries_panel(
             "Narrowing clamps by agent",
-            "tool_narrowing_clamped events per interval by agent: turns whose tool menu was "
-            "cut down to fit.",
+            f"tool_narrowing_clamped events per interval by agent: turns whose tool menu was "
+            f"cut down to fit; the {TOP_SERIES} agents with the most, the rest summed as 'other'.",
             "short",
             [
                 ch(
-                    f"""
-                    SELECT $__timeInterval(ts) AS time, ifNull(agent_id, '?') AS agent,
-                           count() AS clamps
-                    FROM run_events
-                    WHERE type = 'tool_narrowing_clamped' AND $__timeFilter(ts)
-                      AND {TENANT_FILTER}
-                    GROUP BY time, agent
-                    ORDER BY time, agent
-                    """
+                    top_series(
+                        f"""
+                        SELECT $__timeInterval(ts) AS time, ifNull(agent_id, '?') AS series,
+                               count() AS value
+                        FROM run_events
+                        WHERE type = 'tool_narrowing_clamped' AND $__timeFilter(ts)
+                          AND {TENANT_FILTER}
+                        GROUP BY time, series
+                        """,
+                        "clamps",
+                    )
                 )
             ],
             stacked=True,

@@ -34,6 +34,7 @@ from prism.dashboards import (
     sre_overview,
     tools,
 )
+from prism.dashboards._panels import TOP_SERIES
 from prism.pipeline._store import LedgerStore
 from prism.pipeline.core import Output
 from prism.pipeline.ingest import ingest_lines
@@ -288,24 +289,33 @@ def test_provider_and_tool_figures_match_the_ledger(ledger: Ledger) -> None:
 
 
 def test_cost_by_run_and_agent_match_the_ledger(ledger: Ledger) -> None:
+    """Runs and agents are ranked by cost within their currency, never across currencies."""
     db = ledger.database
     dash = dashboard_json(cost_and_usage(db))
-    [(top_run, top_cost)] = ledger.rows(
-        f"SELECT run_id, toFloat64(sum(cost)) AS c FROM {db}.billing_usage "
-        "WHERE NOT superseded AND cost IS NOT NULL GROUP BY run_id, currency "
-        "ORDER BY c DESC LIMIT 1"
+    tops = ledger.rows(
+        f"SELECT currency, argMax(run_id, c), max(c), count() FROM ("
+        f"  SELECT run_id, currency, toFloat64(sum(cost)) AS c FROM {db}.billing_usage "
+        "   WHERE NOT superseded AND cost IS NOT NULL GROUP BY run_id, currency"
+        ") GROUP BY currency ORDER BY currency"
     )
+    assert len(tops) >= 2, "the fleet prices usage in more than one currency"
     top = _value(ledger, dash, "Top 20 most expensive runs", ALL)
-    assert len(top) == 20 and (top[0][0], top[0][7]) == (top_run, pytest.approx(top_cost))
+    assert [r[6] for r in top] == sorted(r[6] for r in top)  # one block per currency
+    for currency, run, cost, runs in tops:
+        rows = [r for r in top if r[6] == currency]
+        assert len(rows) == min(20, runs)
+        assert (rows[0][0], rows[0][7]) == (run, pytest.approx(cost))
+        assert [r[7] for r in rows] == sorted((r[7] for r in rows), reverse=True)
+    currency, top_run = tops[0][0], tops[0][1]
     [(agent,)] = ledger.rows(f"SELECT agent_id FROM {db}.runs WHERE run_id = '{top_run}'")
     by_agent = _narrowed(ledger, dash, "Cost by agent", agent=agent)
     assert {row[0] for row in by_agent} == {agent}
     [(agent_cost,)] = ledger.rows(
         f"SELECT toFloat64(sum(u.cost)) FROM {db}.billing_usage AS u "
         f"INNER JOIN {db}.runs AS r ON r.run_id = u.run_id "
-        f"WHERE NOT u.superseded AND r.agent_id = '{agent}'"
+        f"WHERE NOT u.superseded AND r.agent_id = '{agent}' AND u.currency = '{currency}'"
     )
-    assert sum(row[5] or 0 for row in by_agent) == pytest.approx(agent_cost)
+    assert sum(row[5] or 0 for row in by_agent if row[1] == currency) == pytest.approx(agent_cost)
 
 
 def test_pipeline_alerts_table_lists_each_alert_once(ledger: Ledger) -> None:
@@ -396,3 +406,28 @@ def test_channel_alert_rules_match_the_ground_truth(ledger: Ledger) -> None:
     minutes = ChannelThresholds().capacity_window_s / 60
     got = {c: round(rate * minutes) for c, rate in values["prism-channel-capacity-denials"]}
     assert got == capacity
+
+
+def test_no_stacked_panel_draws_more_series_than_a_reader_can_tell_apart(ledger: Ledger) -> None:
+    """On the fleet (more tenant / model pairs than that), stacks keep their top 8 + 'other'."""
+    db = ledger.database
+    [(pairs,)] = ledger.rows(
+        f"SELECT uniq(tenant_id, model) FROM {db}.billing_usage WHERE NOT estimated"
+    )
+    assert pairs > TOP_SERIES + 1, "the fleet no longer has enough pairs for this test"
+    for build in DASHBOARDS:
+        dash = dashboard_json(build(db))
+        variables = _variables(ledger, dash, ALL)
+        for panel in dash["panels"]:
+            custom = panel.get("fieldConfig", {}).get("defaults", {}).get("custom", {})
+            if custom.get("stacking", {}).get("mode", "none") == "none":
+                continue
+            for target in panel["targets"]:
+                rows = ledger.rows(expand_query(target["rawSql"], ledger.time_range, variables))
+                labels = {r[1] for r in rows if len(r) > 2 and isinstance(r[1], str)}
+                width = len(rows[0]) - 1 if rows else 0
+                assert max(len(labels), width) <= TOP_SERIES + 1, (panel["title"], labels)
+    tokens = _value(
+        ledger, dashboard_json(cost_and_usage(db)), "Billable tokens by tenant and model", ALL
+    )
+    assert len({r[1] for r in tokens}) == TOP_SERIES + 1 and "other" in {r[1] for r in tokens}
