@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from ._data import PanelResult, ReportError, ledger_span, pick_interval, run_panels
+from ._data import PanelResult, ReportError, clock_spans, pick_interval, run_panels
 from ._html import PageMeta, render_page
 
 __all__ = ["DEFAULT_OUT", "Report", "ReportError", "build_report"]
@@ -44,6 +44,19 @@ class Report:
         return path.resolve()
 
 
+def _padded(
+    low: datetime, high: datetime, start: datetime | None, end: datetime | None
+) -> tuple[datetime, datetime]:
+    """``[start, end]``, each side defaulting to the data's extent padded by a fiftieth."""
+    pad = max((high - low) / 50, timedelta(minutes=1))
+    return start or low - pad, end or high + pad
+
+
+def _floor(t: datetime, step: timedelta) -> datetime:
+    seconds = step.total_seconds()
+    return datetime.fromtimestamp(t.timestamp() // seconds * seconds, UTC)
+
+
 def build_report(
     client: Any,
     database: str,
@@ -58,22 +71,29 @@ def build_report(
 
     ``start``/``end`` default to the span of the ledger's data (a little padded);
     ``tenants`` narrows the tenant-scoped panels; ``ledger`` is the DSN shown on the page
-    (pass it redacted).
+    (pass it redacted). Each time series is drawn over the part of the range its own clock
+    (event time or receive time) has data in, so neither clock's points crowd an edge.
     """
     from prism.dashboards import TimeRange
 
-    if start is None or end is None:
-        low, high = ledger_span(client, database)
-        pad = max((high - low) / 50, timedelta(minutes=1))
-        start = start or low - pad
-        end = end or high + pad
+    if end is not None and start is not None and end <= start:
+        raise ReportError(f"--to ({end.isoformat()}) must be after --from ({start.isoformat()})")
+    spans = clock_spans(client, database)
+    low = min(lo for lo, _ in spans.values())
+    high = max(hi for _, hi in spans.values())
+    start, end = _padded(low, high, start, end)
     if end <= start:
         raise ReportError(f"--to ({end.isoformat()}) must be after --from ({start.isoformat()})")
     interval = pick_interval(start, end)
-    start = datetime.fromtimestamp(
-        start.timestamp() // interval.total_seconds() * interval.total_seconds(), UTC
-    )
-    results = run_panels(client, database, TimeRange(start, end, interval), tenants)
+    start = _floor(start, interval)
+    axes = {}
+    for clock, (lo, hi) in spans.items():
+        if lo <= end and hi >= start:  # the clock has data in the range: its own axis
+            a, b = _padded(max(lo, start), min(hi, end), None, None)
+            a, b = max(a, start), min(b, end)
+            step = pick_interval(a, b)
+            axes[clock] = TimeRange(_floor(a, step), b, step)
+    results = run_panels(client, database, TimeRange(start, end, interval), tenants, axes)
     meta = PageMeta(
         ledger=ledger,
         database=database,
@@ -81,6 +101,7 @@ def build_report(
         end=end,
         interval=interval,
         tenants=tuple(tenants),
+        axes=axes,
         generated_at=now or datetime.now(UTC),
         source=_SOURCE,
     )

@@ -8,20 +8,26 @@ with its options from the dashboards' own tenant query. Each query goes through
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
 from prism.dashboards import ALL, ReportPanel, TimeRange, Variable, expand_query, report_panels
+from prism.dashboards._panels import EVENT_TIME, RECEIVE_TIME, TOP_SERIES
 
 __all__ = [
+    "EVENT_TIME",
     "POINTS",
+    "RECEIVE_TIME",
     "PanelResult",
     "ReportError",
     "Series",
     "categories",
+    "clock_spans",
+    "fold_series",
     "ledger_span",
     "pick_interval",
     "run_panels",
@@ -35,16 +41,23 @@ _STEPS = [
     for s in (1, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200)
 ] + [timedelta(days=d) for d in (1, 2, 7, 14, 30)]
 
-# (view, time column) pairs whose extent is the ledger's time span.
-_SPAN_COLUMNS = (
-    ("runs", "started_at"),
-    ("runs", "last_event_at"),
-    ("run_events", "received_at"),
-    ("usage", "recorded_at"),
-    ("dead_letters", "received_at"),
-    ("quarantine", "received_at"),
-    ("alerts", "ts"),
-)
+# (view, time column) pairs whose extent is the ledger's time span, by clock: event time
+# (the runtimes' timestamps) and receive time (the pipeline's clock). On a replayed or
+# simulated fleet the two lie hours or days apart, so each time series is drawn on the
+# span of its own clock.
+_SPAN_COLUMNS = {
+    EVENT_TIME: (
+        ("runs", "started_at"),
+        ("runs", "last_event_at"),
+        ("usage", "recorded_at"),
+        ("alerts", "ts"),
+    ),
+    RECEIVE_TIME: (
+        ("run_events", "received_at"),
+        ("dead_letters", "received_at"),
+        ("quarantine", "received_at"),
+    ),
+}
 
 
 class ReportError(RuntimeError):
@@ -55,7 +68,8 @@ class ReportError(RuntimeError):
 class PanelResult:
     """One panel's rows (all targets together), the SQL that ran, or the error it met."""
 
-    panel: ReportPanel
+    panel: ReportPanel  # a repeated panel's copy has the variable's value in its title
+    time_range: TimeRange | None = None  # the range its queries ran for (its x axis)
     columns: list[str] = field(default_factory=list)
     rows: list[tuple[Any, ...]] = field(default_factory=list)
     sql: list[str] = field(default_factory=list)
@@ -85,6 +99,13 @@ def _number(value: Any) -> float | None:
 
 def ledger_span(client: Any, database: str) -> tuple[datetime, datetime]:
     """Earliest and latest time the ledger knows (event or receive time), else ``ReportError``."""
+    spans = clock_spans(client, database).values()
+    return min(low for low, _ in spans), max(high for _, high in spans)
+
+
+def clock_spans(client: Any, database: str) -> dict[str, tuple[datetime, datetime]]:
+    """Earliest and latest time the ledger knows on each clock (event, receive) that has data;
+    ``ReportError`` when it holds no ledger or nothing at all."""
     found = client.query(
         "SELECT count() FROM system.tables WHERE database = {db:String} AND name = 'runs'",
         parameters={"db": database},
@@ -94,22 +115,26 @@ def ledger_span(client: Any, database: str) -> tuple[datetime, datetime]:
             f"database {database!r} holds no ledger; run `make demo`, or `prism-pipeline "
             "migrate` and a worker, or pass --database / --clickhouse"
         )
-    lows, highs = [], []
-    for view, column in _SPAN_COLUMNS:
-        # A producer clock far in the future (the ledger keeps such runs, flagged) must not
-        # stretch the page over decades: only times up to a day from now count.
-        low, high, n = client.query(
-            f"SELECT min({column}), max({column}), count({column}) FROM {database}.{view} "
-            f"WHERE {column} <= now() + INTERVAL 1 DAY"
-        ).result_rows[0]
-        if n:
-            lows.append(_utc(low))
-            highs.append(_utc(high))
-    if not lows:
+    spans = {}
+    for clock, columns in _SPAN_COLUMNS.items():
+        lows, highs = [], []
+        for view, column in columns:
+            # A producer clock far in the future (the ledger keeps such runs, flagged) must
+            # not stretch the page over decades: only times up to a day from now count.
+            low, high, n = client.query(
+                f"SELECT min({column}), max({column}), count({column}) FROM {database}.{view} "
+                f"WHERE {column} <= now() + INTERVAL 1 DAY"
+            ).result_rows[0]
+            if n:
+                lows.append(_utc(low))
+                highs.append(_utc(high))
+        if lows:
+            spans[clock] = (min(lows), max(highs))
+    if not spans:
         raise ReportError(
             f"the ledger {database!r} is empty; run `make demo` or a worker first, then report"
         )
-    return min(lows), max(highs)
+    return spans
 
 
 def pick_interval(start: datetime, end: datetime, points: int = POINTS) -> timedelta:
@@ -132,26 +157,53 @@ def _tenant_variable(client: Any, database: str, tr: TimeRange, tenants: Sequenc
 
 
 def run_panels(
-    client: Any, database: str, time_range: TimeRange, tenants: Sequence[str] = ()
+    client: Any,
+    database: str,
+    time_range: TimeRange,
+    tenants: Sequence[str] = (),
+    axes: Mapping[str, TimeRange] | None = None,
 ) -> list[PanelResult]:
-    """Every report panel's targets, expanded for ``time_range`` and ``tenants``, run in order."""
+    """Every report panel's targets, expanded for ``time_range`` and ``tenants``, run in order.
+
+    A time series runs on the range of its own clock when ``axes`` has one (event time,
+    receive time); a panel Grafana repeats over a variable (one per currency) runs once per
+    value of that variable, as Grafana's copies do.
+    """
     variables = [_tenant_variable(client, database, time_range, tenants)]
     results = []
     for panel in report_panels(database):
-        result = PanelResult(panel)
-        for raw in panel.targets:
-            sql = expand_query(raw, time_range, variables)
-            result.sql.append(sql)
-            try:
-                answer = client.query(sql)
-            except Exception as exc:  # shown in the panel and reported by the command
-                result.error = str(exc).strip().splitlines()[0][:500]
-                break
-            if not result.columns:
-                result.columns = list(answer.column_names)
-            result.rows += [tuple(r) for r in answer.result_rows]
-        results.append(result)
+        tr = (axes or {}).get(panel.time_axis or "", time_range)
+        if not panel.repeat:
+            results.append(_run(client, PanelResult(panel, tr), variables))
+            continue
+        sql = expand_query(panel.repeat_query, time_range, variables)
+        values = [str(r[0]) for r in client.query(sql).result_rows]
+        for value in values or [""]:
+            title = panel.title.replace(f"${panel.repeat}", value or "-")
+            pinned = [*variables, Variable(panel.repeat, value)]
+            result = PanelResult(dataclasses.replace(panel, title=title), tr)
+            if values:
+                _run(client, result, pinned)
+            else:
+                result.sql.append(sql)  # no value: Grafana shows the panel once, empty
+            results.append(result)
     return results
+
+
+def _run(client: Any, result: PanelResult, variables: list[Variable]) -> PanelResult:
+    assert result.time_range is not None
+    for raw in result.panel.targets:
+        sql = expand_query(raw, result.time_range, variables)
+        result.sql.append(sql)
+        try:
+            answer = client.query(sql)
+        except Exception as exc:  # shown in the panel and reported by the command
+            result.error = str(exc).strip().splitlines()[0][:500]
+            break
+        if not result.columns:
+            result.columns = list(answer.column_names)
+        result.rows += [tuple(r) for r in answer.result_rows]
+    return result
 
 
 def series_of(result: PanelResult) -> list[Series]:
@@ -178,6 +230,22 @@ def series_of(result: PanelResult) -> list[Series]:
             )
             by_name.setdefault(name, []).append((_utc(row[time_i]), number))
     return [Series(name, sorted(points)) for name, points in by_name.items()]
+
+
+def fold_series(series: Sequence[Series], n: int = TOP_SERIES) -> list[Series]:
+    """The ``n`` largest series by total, then the rest summed per time as one 'other'.
+
+    For stacked charts only (their values add up): the dashboards fold in SQL, and this
+    keeps any stack the page draws readable whatever a query returns.
+    """
+    if len(series) <= n + 1:  # already few enough: only 'other' goes last, as in the legend
+        return sorted(series, key=lambda s: s.name == "other")
+    ranked = sorted(series, key=lambda s: (s.name == "other", -sum(v for _, v in s.points), s.name))
+    rest: dict[datetime, float] = {}
+    for s in ranked[n:]:
+        for t, v in s.points:
+            rest[t] = rest.get(t, 0.0) + v
+    return [*ranked[:n], Series("other", sorted(rest.items()))]
 
 
 def categories(result: PanelResult) -> tuple[list[str], list[tuple[str, list[float | None]]]]:

@@ -7,14 +7,17 @@ queries returned) and, when a query failed, ``data-error``; its expanded SQL sit
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from html import escape
 from typing import Any
 
-from ._data import PanelResult, categories, series_of, stat_value
+from prism.dashboards import TimeRange
+from prism.dashboards._palette import OTHER_COLOR
+
+from ._data import PanelResult, categories, fold_series, series_of, stat_value
 from ._svg import bars_svg, color, format_value, timeseries_svg
 
 __all__ = ["PageMeta", "render_page"]
@@ -42,6 +45,7 @@ svg text { font-size: 11px; fill: var(--muted); }
 svg .grid { stroke: #e6eaef; stroke-width: 1; }
 svg text.value { fill: var(--fg); font-size: 10px; }
 .legend { display: flex; flex-wrap: wrap; gap: 4px 14px; margin-top: 6px; font-size: 12px; }
+.legend .axis { margin-left: auto; color: var(--muted); }
 .legend span::before { content: ""; display: inline-block; width: 10px; height: 10px;
   margin-right: 5px; border-radius: 2px; background: var(--c); vertical-align: -1px; }
 table { border-collapse: collapse; width: 100%; font-size: 12px; }
@@ -69,6 +73,7 @@ class PageMeta:
     tenants: Sequence[str]
     generated_at: datetime
     source: str  # where the panel definitions live
+    axes: Mapping[str, TimeRange] = field(default_factory=dict)  # each clock's range
 
 
 def _cell(value: Any, unit: str | None) -> tuple[str, bool]:
@@ -90,14 +95,24 @@ def _cell(value: Any, unit: str | None) -> tuple[str, bool]:
     return escape(text), False
 
 
-def _legend(names: Sequence[str]) -> str:
+def _legend(names: Sequence[str], colors: Sequence[str], axis: str | None = None) -> str:
     items = [
-        f'<span style="--c:{color(i)}">{escape(n)}</span>'
-        for i, n in enumerate(names[:_MAX_LEGEND])
+        f'<span style="--c:{c}">{escape(n)}</span>'
+        for n, c in zip(names[:_MAX_LEGEND], colors, strict=False)
     ]
     if len(names) > _MAX_LEGEND:
         items.append(f"<span>and {len(names) - _MAX_LEGEND} more</span>")
+    if axis:
+        items.append(f'<em class="axis">x axis: {escape(axis)}, UTC</em>')
     return '<div class="legend">' + "".join(items) + "</div>"
+
+
+def _colors(fixed: Mapping[str, str], names: Sequence[str]) -> list[str]:
+    """Each series' colour: its fixed one (run statuses), grey for 'other', else the
+    palette's in order."""
+    return [
+        fixed.get(n) or (OTHER_COLOR if n == "other" else color(i)) for i, n in enumerate(names)
+    ]
 
 
 def _body(result: PanelResult, meta: PageMeta) -> tuple[str, int]:
@@ -113,22 +128,29 @@ def _body(result: PanelResult, meta: PageMeta) -> tuple[str, int]:
         return '<p class="nodata">No data in this time range</p>', 0
     if p.kind == "timeseries":
         series = series_of(result)
+        if p.stacked or p.bars:
+            series = fold_series(series)
+        names = [s.name for s in series]
+        colors = _colors(dict(p.colors), names)
+        tr = result.time_range or TimeRange(meta.start, meta.end, meta.interval)
         svg = timeseries_svg(
             p.title,
             series,
-            meta.start,
-            meta.end,
-            meta.interval,
+            tr.start,
+            tr.end,
+            tr.interval,
             p.unit,
             stacked=p.stacked,
             bars=p.bars,
             width=width,
+            colors=colors,
         )
-        return svg + _legend([s.name for s in series]), len(result.rows)
+        return svg + _legend(names, colors, p.time_axis), len(result.rows)
     if p.kind == "barchart":
         names, groups = categories(result)
         svg = bars_svg(p.title, names, groups, p.unit, width=width)
-        return svg + _legend([g for g, _ in groups]), len(result.rows)
+        legend = [g for g, _ in groups]
+        return svg + _legend(legend, _colors({}, legend)), len(result.rows)
     units = dict(p.field_units)
     head = "".join(f"<th>{escape(c)}</th>" for c in result.columns)
     lines = []
@@ -149,6 +171,7 @@ def _body(result: PanelResult, meta: PageMeta) -> tuple[str, int]:
 
 def _panel(result: PanelResult, meta: PageMeta) -> str:
     p = result.panel
+    title = p.title
     if result.error:
         body, rows = f'<p class="error">query failed: {escape(result.error)}</p>', 0
         extra = f' data-error="{escape(result.error)}"'
@@ -158,8 +181,8 @@ def _panel(result: PanelResult, meta: PageMeta) -> str:
     sql = "\n\n".join(result.sql)
     return (
         f'<figure class="panel {escape(p.kind)}" style="grid-column: span {p.width}" '
-        f'data-kind="{escape(p.kind)}" data-title="{escape(p.title)}" data-rows="{rows}"{extra}>'
-        f"<figcaption>{escape(p.title)}</figcaption>"
+        f'data-kind="{escape(p.kind)}" data-title="{escape(title)}" data-rows="{rows}"{extra}>'
+        f"<figcaption>{escape(title)}</figcaption>"
         f'<p class="desc">{escape(p.description)}</p>{body}'
         f"<details><summary>SQL</summary><pre>{escape(sql)}</pre></details></figure>"
     )
@@ -184,12 +207,23 @@ def render_page(meta: PageMeta, results: Sequence[PanelResult]) -> str:
         f"<p>Ledger <b>{escape(meta.ledger)}</b>, database <b>{escape(meta.database)}</b>; "
         f"tenants: {escape(tenants)}</p>"
         f"<p>From {meta.start.strftime(fmt)} to {meta.end.strftime(fmt)}, "
-        f"interval {escape(_interval(meta.interval))}</p>"
+        f"interval {escape(_interval(meta.interval))}</p>{_clocks(meta)}"
         f"<p>Panels and SQL: {escape(meta.source)}</p></header>"
         f'<main class="grid">{"".join(parts)}</main>'
         f"<footer>Generated {meta.generated_at.strftime(fmt)} by prism-pipeline report; "
         f"{len(results)} panels, {len(empty)} without data.</footer></body></html>\n"
     )
+
+
+def _clocks(meta: PageMeta) -> str:
+    """Which range each clock's time series cover (event and receive time can lie far apart)."""
+    fmt = "%Y-%m-%d %H:%M"
+    parts = [
+        f"{escape(clock)} {tr.start.strftime(fmt)} to {tr.end.strftime(fmt)} "
+        f"(interval {escape(_interval(tr.interval))})"
+        for clock, tr in sorted(meta.axes.items())
+    ]
+    return f"<p>Time series by {'; by '.join(parts)}</p>" if parts else ""
 
 
 def _interval(step: timedelta) -> str:

@@ -2,7 +2,8 @@
 
 No JavaScript and no external resource: each chart is one ``<svg>`` element with a
 ``viewBox``, so it scales with the page. Every drawn datum carries ``class="mark"`` (the
-report test counts them); all text is escaped.
+report test counts them) and a time series' marks name their series (``data-series``); all
+text is escaped.
 """
 
 from __future__ import annotations
@@ -139,8 +140,12 @@ def timeseries_svg(
     bars: bool = False,
     width: float = 560,
     height: float = 220,
+    colors: Sequence[str] = (),
 ) -> str:
-    """Lines, or stacked areas (``stacked``), or stacked bars (``bars``), over ``[start, end]``."""
+    """Lines, or stacked areas (``stacked``), or stacked bars (``bars``), over ``[start, end]``.
+
+    ``colors`` gives each series its colour (else the palette's, in order).
+    """
     buckets = sorted({t for s in series for t, _ in s.points})
     values = [{t: v for t, v in s.points} for s in series]
     tops: dict[datetime, float] = dict.fromkeys(buckets, 0.0)
@@ -166,14 +171,15 @@ def timeseries_svg(
     base = dict.fromkeys(buckets, 0.0)
     bar_w = max(1.5, plot_w * interval.total_seconds() / span * 0.8)
     for i, vals in enumerate(values):
-        c = color(i)
+        c = colors[i] if i < len(colors) else color(i)
+        mark = f'class="mark" data-series="{escape(series[i].name)}"'
         if bars:
             for t in buckets:
                 v = max(vals.get(t, 0.0), 0.0)
                 if v:
                     y0, y1 = y(base[t]), y(base[t] + v)
                     body.append(
-                        f'<rect class="mark" x="{x(t):.1f}" y="{y1:.1f}" width="{bar_w:.1f}" '
+                        f'<rect {mark} x="{x(t):.1f}" y="{y1:.1f}" width="{bar_w:.1f}" '
                         f'height="{max(y0 - y1, 0.5):.1f}" fill="{c}"/>'
                     )
                     base[t] += v
@@ -182,7 +188,7 @@ def timeseries_svg(
             ring = [f"{x(t):.1f},{y(upper[t]):.1f}" for t in buckets]
             ring += [f"{x(t):.1f},{y(base[t]):.1f}" for t in reversed(buckets)]
             body.append(
-                f'<polygon class="mark" points="{" ".join(ring)}" fill="{c}" '
+                f'<polygon {mark} points="{" ".join(ring)}" fill="{c}" '
                 f'fill-opacity="0.45" stroke="{c}" stroke-width="1"/>'
             )
             base = upper
@@ -190,14 +196,11 @@ def timeseries_svg(
             pts = sorted(vals.items())
             if len(pts) == 1:
                 ((t, v),) = pts
-                body.append(
-                    f'<circle class="mark" cx="{x(t):.1f}" cy="{y(v):.1f}" r="3" fill="{c}"/>'
-                )
+                body.append(f'<circle {mark} cx="{x(t):.1f}" cy="{y(v):.1f}" r="3" fill="{c}"/>')
             elif pts:
                 line = " ".join(f"{x(t):.1f},{y(v):.1f}" for t, v in pts)
                 body.append(
-                    f'<polyline class="mark" points="{line}" fill="none" stroke="{c}" '
-                    'stroke-width="2"/>'
+                    f'<polyline {mark} points="{line}" fill="none" stroke="{c}" stroke-width="2"/>'
                 )
     return _svg(width, height, title, body)
 

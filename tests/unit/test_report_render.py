@@ -157,13 +157,13 @@ def test_the_report_panels_cover_what_a_first_hour_asks() -> None:
         "Runs by status",
         "Limit deaths by axis",
         "Billable tokens by tenant and model",
-        "Reported cost by tenant and model",
+        "Reported cost by tenant and model ($currency)",
         "Hit rate by provider / model",
         "Turn latency p50 / p95 by model",
         "Dead letters per minute by reason",
         "Quarantine per minute by reason",
         "Alerts",
-        "Top expensive runs",
+        "Top expensive runs ($currency)",
         "Ingest freshness",
     ):
         assert title in titles
