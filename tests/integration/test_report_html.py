@@ -10,6 +10,7 @@ screenshot are checked; the screenshot stays next to the page for a human to loo
 from __future__ import annotations
 
 import itertools
+import re
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -19,6 +20,8 @@ from typing import Any
 import pytest
 
 from prism.dashboards import report_panels
+from prism.dashboards._palette import RUN_STATUSES, STATUS_COLORS
+from prism.dashboards._panels import TOP_SERIES
 from prism.pipeline._store import LedgerStore
 from prism.pipeline.cli import main
 from prism.pipeline.ingest import ingest_lines
@@ -102,12 +105,14 @@ def test_every_panel_draws_data_in_chromium_and_the_page_fetches_nothing(
     print(f"report screenshot: {shot}")
 
     assert rendered.requests == [page.as_uri()], "the page requested something besides itself"
-    titles = [p.title for p in report_panels()]
+    titles = [r.panel.title for r in report.results]
     assert [f["title"] for f in rendered.figures] == titles
     for fig in rendered.figures:
         assert fig["error"] is None and fig["rows"] > 0, fig
         assert fig["marks"] > 0, f"{fig['title']}: no data mark has a size on screen"
         assert fig["w"] > 100 and fig["h"] > 20, fig
+
+    _check_layout(report.html, {f["title"]: f for f in rendered.figures})
 
     image = decode_png(rendered.png)
     assert (image.width, image.height) == (1280, rendered.height)
@@ -128,16 +133,57 @@ def test_every_panel_draws_data_in_chromium_and_the_page_fetches_nothing(
             assert sum(map(_colored, box)) > 20, f"{fig['title']}: nothing drawn in colour"
 
 
+def _rgb(hex_colour: str) -> str:
+    r, g, b = (int(hex_colour[i : i + 2], 16) for i in (1, 3, 5))
+    return f"rgb({r}, {g}, {b})"
+
+
+def _check_layout(html: str, figures: dict[str, dict[str, Any]]) -> None:
+    """What the browser shows: money per currency, status colours, clocks, short legends."""
+    # one cost chart and one top-runs table per currency, each holding only its currency
+    for name in ("Reported cost by tenant and model", "Top expensive runs"):
+        assert {f"{name} (EUR)", f"{name} (USD)"} <= set(figures), sorted(figures)
+    for currency in ("EUR", "USD"):
+        table = re.search(
+            rf'data-title="Top expensive runs \({currency}\)".*?</figure>', html, re.S
+        )
+        assert table, currency
+        cells = set(re.findall(r"<td>(EUR|USD)</td>", table.group(0)))
+        assert cells == {currency}, (currency, cells)
+        chart = figures[f"Reported cost by tenant and model ({currency})"]
+        assert figures["Top expensive runs (EUR)"]["w"] > 1000  # full width: no cut column
+        assert chart["marks"] > 0
+    # each run status in its own Okabe-Ito colour, in the one legend order
+    runs = figures["Runs by status"]
+    assert [n for n, _ in runs["legend"]] == list(RUN_STATUSES)
+    assert all(c.upper() == STATUS_COLORS[n] for n, c in runs["legend"]), runs["legend"]
+    drawn = {n: c for n, c in runs["fills"].items()}
+    assert drawn and all(drawn[n] == _rgb(STATUS_COLORS[n]) for n in drawn), drawn
+    assert {"succeeded", "failed"} <= set(drawn)
+    for fig in figures.values():
+        if fig["kind"] != "timeseries":
+            continue
+        # each time series names its clock and spreads over its axis, not against an edge
+        assert fig["axis"] in ("x axis: event time, UTC", "x axis: receive time, UTC"), fig
+        left, right = fig["span"]
+        assert left < 0.5 < right, f"{fig['title']}: marks crowd one side ({left:.2f}-{right:.2f})"
+        assert len(fig["legend"]) <= TOP_SERIES + 1, (fig["title"], fig["legend"])
+    for title in ("Dead letters per minute by reason", "Quarantine per minute by reason",
+                  "Ingest lag (received_at - ts)"):  # fmt: skip
+        assert figures[title]["axis"] == "x axis: receive time, UTC", title
+
+
 def test_the_report_command_writes_the_page_and_names_what_it_drew(
     ledger: str, chdb_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "r" / "report.html"
+    out.parent.mkdir()  # the command refuses an --out whose directory is missing
     code = main(
         ["report", "--clickhouse", f"chdb://{chdb_path}", "--database", ledger, "--out", str(out)]
     )
     text, err = capsys.readouterr()
     assert code == 0, err
-    total = len(report_panels())
+    total = sum(2 if p.repeat else 1 for p in report_panels())  # a copy per EUR and USD
     assert f"wrote {out.resolve()} ({total} of {total} panels with data)" in text
     assert f"open it: file://{out.resolve()}" in text
     assert "Prism pipeline report" in out.read_text()
