@@ -124,14 +124,14 @@ def ingest_lines(
     lines or ``batch_bytes`` bytes. ``store`` None: a dry run that stores nothing.
     """
     config = config or CoreConfig(processing_grace=False)
-    alerter = ExhaustionAlerter(config.alert_window_s, config.alert_threshold)
+    alerter = ExhaustionAlerter(config.alert_window_s, config.alert_threshold, config.lateness_s)
     intake = Intake(config, max_event_bytes=max_event_bytes, alerter=alerter)
     intake.processor(FILE_PARTITION)
     if state is not None:
         saved = dict(state.load())
         raw = saved.pop(_ALERTER_KEY, None)
         if raw:
-            intake.alerter = alerter = ExhaustionAlerter.from_bytes(raw)
+            intake.alerter = ExhaustionAlerter.from_bytes(raw)
         intake.load(FILE_PARTITION, saved.items())
     summary = IngestSummary()
     statuses: dict[str, str] = {}
@@ -146,7 +146,8 @@ def ingest_lines(
 
     def persist(out: Output) -> None:
         if state is not None:
-            state.save({**out.state_writes, _ALERTER_KEY: alerter.to_bytes()})
+            assert intake.alerter is not None
+            state.save({**out.state_writes, _ALERTER_KEY: intake.alerter.to_bytes()})
 
     batch: list[InRecord] = []
     size = 0

@@ -22,7 +22,7 @@ from ._alerts import (
     alert_record,
     death_record,
     decode_alerter_input,
-    watermark_record,
+    lane_record,
 )
 from ._channel_state import DUPLICATE_SEQ as _DUPLICATE_SEQ
 from ._channel_state import ILLEGAL_TRANSITION as _ILLEGAL_TRANSITION
@@ -39,7 +39,7 @@ from ._intake import (
 )
 from ._processor import Processor
 from ._run import RunState
-from ._types import CoreConfig, Delivery, EventClock, LimitDeath, Output, OutRecord
+from ._types import CoreConfig, Delivery, EventClock, LaneReport, LimitDeath, Output, OutRecord
 
 CHANNEL_QUARANTINE_REASONS = (_ILLEGAL_TRANSITION, _DUPLICATE_SEQ)
 """Why a valid channel-operation record is quarantined (schemas/CONTRACT.md)."""
@@ -58,6 +58,7 @@ __all__ = [
     "ExhaustionAlerter",
     "InRecord",
     "Intake",
+    "LaneReport",
     "LimitDeath",
     "OperationState",
     "OutRecord",
@@ -72,7 +73,7 @@ __all__ = [
     "decode_alerter_input",
     "dlq_record",
     "judge",
+    "lane_record",
     "seq_gaps",
     "store_isolating",
-    "watermark_record",
 ]

@@ -1,14 +1,28 @@
-"""Run-limit exhaustion alerts: limit deaths per (tenant, axis) in a sliding event-time window.
+"""Run-limit exhaustion alerts, a function of the set of deaths (schemas/CONTRACT.md rule 16).
 
-When the deaths inside ``(t - window, t]`` reach the threshold, one alert fires for that
-key (its id names the key and the time it fired); it resolves when the count in the window
-ending at the watermark drops below the threshold. One instance sees every death (the
-worker routes them through a single-partition topic), so counts are global.
+A limit death's time is its terminal's ``ts``. For each (tenant, axis) the alert fires at
+every death that lifts the count of deaths in ``(t - window, t]`` to the threshold while
+none is firing, and resolves at the time the count drops below it (a death leaves the
+window ``window`` after it happened): the sweep the simulator's manifest makes over the
+whole set.
+
+The alerter decides those times only once the pipeline-wide watermark has passed them by
+the allowed lateness, never at arrival, so its rows depend neither on the order deaths
+arrive in nor on how they were split into batches, partitions or processes. The watermark
+is the minimum over the input lanes that are not idle of their event-time marks, held
+back by every lane's earliest terminal still waiting to close (a death still to come);
+it never moves backwards. One instance sees every death and every lane's report (the
+worker routes both through a single-partition topic); until each expected lane has
+reported, nothing is decided. A death arriving for a time already decided is counted
+``late``: it still counts for the times after, and decided alerts are not re-opened; one
+more than a window older than the decided time changes no count still to decide and is
+dropped uncounted (it cannot be told apart from a re-delivery of a death long forgotten).
 """
 
 from __future__ import annotations
 
 import bisect
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -18,7 +32,7 @@ import orjson
 from prism.schemas import AlertRow
 
 from ._run import from_us, to_us
-from ._types import LimitDeath, OutRecord
+from ._types import LaneReport, LimitDeath, OutRecord
 
 __all__ = [
     "RULE_EXHAUSTION",
@@ -27,65 +41,139 @@ __all__ = [
     "alert_record",
     "death_record",
     "decode_alerter_input",
+    "lane_record",
     "stale_alert",
-    "watermark_record",
 ]
 
 RULE_EXHAUSTION = "run_limit_exhaustion"
 RULE_STALE = "stale_run"
+STATE_FORMAT = 2  # the version of ``ExhaustionAlerter.to_bytes``
+_NEVER = -(1 << 62)  # "nothing decided yet", below any event time
 
 
 @dataclass(slots=True)
 class _Key:
-    deaths: list[tuple[int, str]] = field(default_factory=list)  # sorted (event time us, run id)
-    firing: dict[str, Any] | None = None  # {id, start_us, version}
+    deaths: list[tuple[int, str]] = field(default_factory=list)  # sorted (ts us, run id)
+    firing: tuple[str, int] | None = None  # (alert id, firing time us)
 
 
 class ExhaustionAlerter:
-    """Sliding-window counter of limit deaths per (tenant, axis); emits firing/resolved rows."""
+    """The exhaustion alert of rule 16 over limit deaths and lane reports.
 
-    def __init__(self, window_s: float, threshold: int) -> None:
+    ``observe`` and ``report`` only record; ``decide`` emits the rows whose times the
+    watermark (less the allowed lateness) has passed since the last call. ``lanes``: the
+    input lanes whose reports the watermark waits for (None: those that reported).
+
+    Example::
+
+        a = ExhaustionAlerter(window_s=300, threshold=5, lateness_s=30, lanes=[0, 1])
+        a.observe(deaths)
+        a.report(0, LaneReport(mark_us=...)); a.report(1, LaneReport(mark_us=...))
+        rows = a.decide()            # what the watermark has settled
+        rows += a.decide(final=True)  # end of input: everything up to the watermark
+    """
+
+    def __init__(
+        self,
+        window_s: float,
+        threshold: int,
+        lateness_s: float = 0.0,
+        lanes: Iterable[int] | None = None,
+    ) -> None:
         self.window_us = int(window_s * 1_000_000)
         self.threshold = threshold
+        self.lateness_us = int(lateness_s * 1_000_000)
+        self.expected: frozenset[int] | None = None if lanes is None else frozenset(lanes)
         self.keys: dict[tuple[str, str], _Key] = {}
-        self.watermark_us = 0
+        self.runs: dict[str, tuple[str, str, int]] = {}  # run id -> (tenant, axis, ts us)
+        self.lanes: dict[int, LaneReport] = {}
+        self.watermark_us = 0  # the pipeline-wide watermark; never moves backwards
+        self.decided_us = _NEVER  # every time at or before this is decided
+        self.late = 0  # deaths (or changes of one) that arrived for a decided time
 
-    def observe(self, deaths: list[LimitDeath]) -> list[AlertRow]:
+    def expect(self, lanes: Collection[int]) -> None:
+        """The lanes the watermark waits for (the input's partitions)."""
+        self.expected = frozenset(lanes)
+
+    # -- input ----------------------------------------------------------------------------
+    def observe(self, deaths: Iterable[LimitDeath]) -> None:
+        """Record deaths; a run's later record replaces its earlier one (or retracts it)."""
+        for d in deaths:
+            ts = to_us(d.ts)
+            old = self.runs.pop(d.run_id, None)
+            if old is not None:
+                k = self.keys.get((old[0], old[1]))
+                if k is not None:
+                    i = bisect.bisect_left(k.deaths, (old[2], d.run_id))
+                    if i < len(k.deaths) and k.deaths[i] == (old[2], d.run_id):
+                        del k.deaths[i]
+            if ts + self.window_us <= self.decided_us:
+                continue  # it can change no count still to decide (nor is it told apart
+                # from a re-delivery of a death already forgotten): neither counted nor late
+            same = old == (d.tenant_id, d.axis, ts) and not d.retract
+            if not same and min(ts, old[2] if old else ts) <= self.decided_us:
+                self.late += 1  # a decided time would have counted it otherwise
+            if d.retract:
+                continue
+            self.runs[d.run_id] = (d.tenant_id, d.axis, ts)
+            key = (d.tenant_id, d.axis)
+            bisect.insort(self.keys.setdefault(key, _Key()).deaths, (ts, d.run_id))
+
+    def report(self, lane: int, report: LaneReport) -> None:
+        """Record a lane's latest report (it replaces the lane's last one)."""
+        self.lanes[lane] = report
+
+    # -- deciding -------------------------------------------------------------------------
+    def watermark(self) -> int | None:
+        """The pipeline-wide watermark the lanes' reports give (None: not all reported)."""
+        if not self.lanes or (self.expected is not None and not self.expected <= set(self.lanes)):
+            return None
+        reports = [
+            r for lane, r in self.lanes.items() if self.expected is None or lane in self.expected
+        ]
+        top = max(r.mark_us for r in reports)
+        # a lane still reading may yet send deaths at its mark, and a run waiting to close
+        # dies at its terminal's time: the watermark stays just before either
+        held = [r.mark_us - 1 for r in reports if not r.idle]
+        held += [r.pending_us - 1 for r in reports if r.pending_us is not None]
+        return min(top, *held) if held else top
+
+    def decide(self, *, final: bool = False) -> list[AlertRow]:
+        """The rows of every firing and resolving at times the watermark, less the allowed
+        lateness, passed since the last call. ``final`` (end of input) and a stream whose
+        every lane is quiet with no run waiting to close decide up to the watermark itself."""
+        wm = self.watermark()
+        if wm is not None:
+            self.watermark_us = max(self.watermark_us, wm)
+        elif not final:
+            return []
+        reports = self.lanes.values()
+        settled = final or (
+            bool(reports) and all(r.quiet and r.pending_us is None for r in reports)
+        )
+        until = self.watermark_us if settled else self.watermark_us - self.lateness_us
+        if until <= self.decided_us:
+            return []
         rows: list[AlertRow] = []
-        for death in sorted(deaths, key=lambda d: (d.ts, d.run_id)):
-            k = self.keys.setdefault((death.tenant_id, death.axis), _Key())
-            ts = to_us(death.ts)
-            if ts <= self.watermark_us - self.window_us or any(
-                r == death.run_id for _, r in k.deaths
-            ):
-                continue  # already counted, or too old to count
-            bisect.insort(k.deaths, (ts, death.run_id))
-            self.watermark_us = max(self.watermark_us, ts)
-            count = self._count(k, ts)
-            if k.firing is None and count >= self.threshold:
-                alert_id = (
-                    f"{RULE_EXHAUSTION}:{death.tenant_id}:{death.axis}:{from_us(ts).isoformat()}"
-                )
-                k.firing = {"id": alert_id, "start_us": ts, "version": 1}
-                rows.append(self._row((death.tenant_id, death.axis), k, "firing", ts, count))
+        for key in sorted(self.keys):
+            rows += self._sweep(key, self.keys[key], self.decided_us, until)
+        self.decided_us = until
+        self._prune()
+        rows.sort(key=lambda r: (r.ts, r.tenant_id or "", r.key or ""))
         return rows
 
-    def advance(self, watermark_us: int) -> list[AlertRow]:
-        """Move event time forward: resolve keys whose window count dropped; prune old deaths."""
-        self.watermark_us = max(self.watermark_us, watermark_us)
-        wm = self.watermark_us
-        rows: list[AlertRow] = []
-        for key, k in self.keys.items():
-            count = self._count(k, wm)
-            if k.firing is not None and count < self.threshold:
-                k.firing["version"] += 1
-                rows.append(self._row(key, k, "resolved", wm, count))
+    def _sweep(self, key: tuple[str, str], k: _Key, after: int, until: int) -> list[AlertRow]:
+        times = {ts for ts, _ in k.deaths} | {ts + self.window_us for ts, _ in k.deaths}
+        rows = []
+        for at in sorted(t for t in times if after < t <= until):
+            count = self._count(k, at)
+            if k.firing is None and count >= self.threshold:
+                alert_id = f"{RULE_EXHAUSTION}:{key[0]}:{key[1]}:{from_us(at).isoformat()}"
+                k.firing = (alert_id, at)
+                rows.append(self._row(key, alert_id, "firing", at, count, 1))
+            elif k.firing is not None and count < self.threshold:
+                rows.append(self._row(key, k.firing[0], "resolved", at, count, 2))
                 k.firing = None
-            cut = bisect.bisect_right(k.deaths, (wm - self.window_us, "\uffff"))
-            if cut:
-                del k.deaths[:cut]
-        for key in [key for key, k in self.keys.items() if not k.deaths and k.firing is None]:
-            del self.keys[key]
         return rows
 
     def _count(self, k: _Key, at_us: int) -> int:
@@ -93,31 +181,69 @@ class ExhaustionAlerter:
         hi = bisect.bisect_right(k.deaths, (at_us, "\uffff"))
         return hi - lo
 
+    def _prune(self) -> None:
+        """Forget deaths that left the window before the decided time: no count still to
+        decide includes them."""
+        horizon = self.decided_us - self.window_us
+        for key in list(self.keys):
+            k = self.keys[key]
+            cut = bisect.bisect_right(k.deaths, (horizon, "\uffff"))
+            for _, run_id in k.deaths[:cut]:
+                self.runs.pop(run_id, None)
+            del k.deaths[:cut]
+            if not k.deaths and k.firing is None:
+                del self.keys[key]
+
+    # -- state ----------------------------------------------------------------------------
     def to_bytes(self) -> bytes:
         return orjson.dumps(
             {
+                "v": STATE_FORMAT,
                 "w": self.window_us,
                 "t": self.threshold,
+                "l": self.lateness_us,
+                "x": None if self.expected is None else sorted(self.expected),
                 "wm": self.watermark_us,
+                "d": self.decided_us,
+                "late": self.late,
                 "k": [[list(key), k.deaths, k.firing] for key, k in self.keys.items()],
+                "lanes": [
+                    [lane, r.mark_us, r.pending_us, r.idle, r.quiet]
+                    for lane, r in self.lanes.items()
+                ],
             }
         )
 
     @classmethod
     def from_bytes(cls, raw: bytes) -> ExhaustionAlerter:
+        """The alerter ``to_bytes`` wrote; a state of another format version is refused."""
         d = orjson.loads(raw)
-        alerter = cls(d["w"] / 1_000_000, d["t"])
+        if not isinstance(d, dict) or d.get("v") != STATE_FORMAT:
+            version = d.get("v") if isinstance(d, dict) else None
+            raise ValueError(
+                f"alerter state of format {version!r} cannot be read (this version reads "
+                f"{STATE_FORMAT}); reset the alert-state table to start over"
+            )
+        alerter = cls(d["w"] / 1_000_000, d["t"], d["l"] / 1_000_000, d["x"])
         alerter.watermark_us = d["wm"]
+        alerter.decided_us = d["d"]
+        alerter.late = d["late"]
         for key, deaths, firing in d["k"]:
-            alerter.keys[(key[0], key[1])] = _Key([(ts, run) for ts, run in deaths], firing)
+            k = _Key([(ts, run) for ts, run in deaths], None if firing is None else tuple(firing))
+            alerter.keys[(key[0], key[1])] = k
+            for ts, run in k.deaths:
+                alerter.runs[run] = (key[0], key[1], ts)
+        for lane, mark, pending, idle, quiet in d["lanes"]:
+            alerter.lanes[lane] = LaneReport(mark, pending, idle, quiet)
         return alerter
 
-    def _row(self, key: tuple[str, str], k: _Key, state: str, at_us: int, count: int) -> AlertRow:
-        assert k.firing is not None
+    def _row(
+        self, key: tuple[str, str], alert_id: str, state: str, at_us: int, count: int, version: int
+    ) -> AlertRow:
         tenant, axis = key
         window_end = from_us(at_us)
         return AlertRow(
-            alert_id=k.firing["id"],
+            alert_id=alert_id,
             rule=RULE_EXHAUSTION,
             state=state,
             tenant_id=tenant,
@@ -133,7 +259,7 @@ class ExhaustionAlerter:
                 if state == "firing"
                 else f"limit deaths on {axis!r} for tenant {tenant!r} back below {self.threshold}"
             ),
-            version=k.firing["version"],
+            version=version,
         )
 
 
@@ -185,31 +311,52 @@ def alert_record(row: AlertRow) -> OutRecord:
 
 
 def death_record(death: LimitDeath) -> OutRecord:
-    """A limit death for the single-partition ``<prefix>.limit-deaths`` topic."""
-    value = {
+    """A limit death (or its retraction) for the single-partition ``<prefix>.limit-deaths``
+    topic."""
+    value: dict[str, Any] = {
         "tenantId": death.tenant_id,
         "axis": death.axis,
         "runId": death.run_id,
         "ts": death.ts.isoformat(),
     }
-    return OutRecord(key=f"{death.tenant_id}|{death.axis}".encode(), value=orjson.dumps(value))
+    if death.retract:
+        value["retract"] = True
+    return OutRecord(key=death.run_id.encode(), value=orjson.dumps(value))
 
 
-def watermark_record(partition: int, watermark_us: int) -> OutRecord:
-    """A partition's event-time watermark, so the alerter resolves alerts as time passes."""
-    return OutRecord(key=b"wm", value=orjson.dumps({"wm": watermark_us, "p": partition}))
+def lane_record(lane: int, report: LaneReport) -> OutRecord:
+    """A lane's event-time report, from which the alerter takes the pipeline watermark."""
+    value = {
+        "lane": lane,
+        "mark": report.mark_us,
+        "pending": report.pending_us,
+        "idle": report.idle,
+        "quiet": report.quiet,
+    }
+    return OutRecord(key=b"lane:%d" % lane, value=orjson.dumps(value))
 
 
-def decode_alerter_input(values: list[bytes]) -> tuple[list[LimitDeath], int]:
-    """The deaths and the highest watermark in a batch of ``limit-deaths`` record values."""
+def decode_alerter_input(
+    values: Iterable[bytes | None],
+) -> tuple[list[LimitDeath], dict[int, LaneReport]]:
+    """The deaths (in order) and each lane's latest report in a batch of ``limit-deaths``
+    record values."""
     deaths: list[LimitDeath] = []
-    wm = 0
+    reports: dict[int, LaneReport] = {}
     for raw in values:
         d = orjson.loads(raw or b"{}")
-        if "wm" in d:
-            wm = max(wm, int(d["wm"]))
-        else:
-            deaths.append(
-                LimitDeath(d["tenantId"], d["axis"], d["runId"], datetime.fromisoformat(d["ts"]))
+        if "lane" in d:
+            reports[int(d["lane"])] = LaneReport(
+                int(d["mark"]), d["pending"], bool(d["idle"]), bool(d["quiet"])
             )
-    return deaths, wm
+        elif "runId" in d:
+            deaths.append(
+                LimitDeath(
+                    d["tenantId"],
+                    d["axis"],
+                    d["runId"],
+                    datetime.fromisoformat(d["ts"]),
+                    bool(d.get("retract", False)),
+                )
+            )
+    return deaths, reports

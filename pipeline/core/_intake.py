@@ -39,7 +39,7 @@ from prism.schemas import (
 from ._alerts import ExhaustionAlerter, alert_record
 from ._channels import ChannelProcessor
 from ._processor import Processor
-from ._types import CoreConfig, Delivery, EventClock, Output, OutRecord
+from ._types import CoreConfig, Delivery, EventClock, LaneReport, Output, OutRecord
 
 __all__ = [
     "InRecord",
@@ -129,6 +129,7 @@ class Intake:
         self.max_event_bytes = max_event_bytes
         self.clock = EventClock(self.config.max_clock_skew_s)
         self.alerter = alerter
+        self._alerter_undo: bytes | None = None  # the alerter before the open steps
         self.processors: dict[int, Processor] = {}
         self.channels: dict[int, ChannelProcessor] = {}
         self.ticked_at: dict[int, float] = {}  # lane -> ``now`` of its last step or tick
@@ -224,12 +225,16 @@ class Intake:
         for p in [partitions] if isinstance(partitions, int) else list(partitions):
             for proc in self.lane(p):
                 proc.commit()
+        self._alerter_undo = None
 
     def rollback(self, partitions: int | Iterable[int]) -> None:
         """Undo the open ``step`` (or ``tick``) of these partitions; its output is void."""
         for p in reversed([partitions] if isinstance(partitions, int) else list(partitions)):
             for proc in reversed(self.lane(p)):
                 proc.rollback()
+        if self._alerter_undo is not None:  # what the undone steps told it is void too
+            self.alerter = ExhaustionAlerter.from_bytes(self._alerter_undo)
+            self._alerter_undo = None
 
     def unstorable(
         self, rec: InRecord, reason: str, now: float, partition: int | None = None
@@ -281,8 +286,20 @@ class Intake:
         for p in sorted(set(self.processors) | set(self.channels)):
             for proc in self.lane(p):
                 out.extend(proc.finalize(now))
-        self._alerts(out)
+        self._alerts(out, final=True)
         return out
+
+    def settle_alerts(self) -> Output:
+        """End of input for the intake's own alerter: decide up to the watermark."""
+        out = Output()
+        self._alerts(out, final=True)
+        return out
+
+    def lane_report(self, partition: int, *, idle: bool, quiet: bool = False) -> LaneReport:
+        """The partition's event-time report for the alerter (rule 16)."""
+        proc = self.processors.get(partition)
+        pending = None if proc is None else proc.pending_terminal_us()
+        return LaneReport(self.clock.mark(partition), pending, idle, quiet)
 
     def parse_ahead(
         self,
@@ -397,12 +414,17 @@ class Intake:
         out.dlq.append(dlq_record(rec, code, reason))
         out.stats[f"dlq.{code}"] += 1
 
-    def _alerts(self, out: Output) -> None:
+    def _alerts(self, out: Output, *, final: bool = False) -> None:
+        """The intake's own alerter (files, rebuilds): this step's deaths and every run
+        lane's report, then what the watermark decided (``final``: end of input)."""
         if self.alerter is None:
             return
-        rows = self.alerter.observe(out.limit_deaths) + self.alerter.advance(
-            self.clock.watermark_us
-        )
+        if self._alerter_undo is None:
+            self._alerter_undo = self.alerter.to_bytes()
+        self.alerter.observe(out.limit_deaths)
+        for p in self.processors:
+            self.alerter.report(p, self.lane_report(p, idle=not self.clock.is_behind(p)))
+        rows = self.alerter.decide(final=final)
         out.ledger.alerts.extend(rows)
         out.alerts.extend(alert_record(r) for r in rows)
 

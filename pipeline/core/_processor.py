@@ -37,6 +37,7 @@ from ._types import CoreConfig, Delivery, EventClock, LimitDeath, Output, OutRec
 __all__ = ["Processor"]
 
 _US = 1_000_000
+_DEATH = "limit_death"  # RunState.alerts key of the death last sent: tenant, axis, ts
 
 
 def _classified(run: RunState) -> Classified:
@@ -150,6 +151,7 @@ class Processor(KeyedProcessor[RunState]):
         fact = fact_of(ev, data, envelope, ts_us, source, run.arrivals)
         if skewed:
             run.clock_skew = True
+            fact["k"] = True  # stamped beyond the clock: never a limit death's time (rule 14)
         if run.tombstone is not None:
             self._after_close(run, ev.event_id, fact, out)
             return
@@ -227,6 +229,8 @@ class Processor(KeyedProcessor[RunState]):
             self._close(run, view, out)
             return
         out.ledger.runs.append(run_row(run, view, timeline=run.closed or run.incomplete))
+        if run.closed:  # settled again after its close: its death may have changed
+            self._death(run, view, out)
         if run.closed and cls.missing_count == 0:  # a gap filled after the close
             self._shrink.append((self.clock.watermark_us + self._grace_us, run.run_id))
         self._dirty.add(run.run_id)
@@ -291,21 +295,48 @@ class Processor(KeyedProcessor[RunState]):
         out.ledger.runs.append(row)
         out.closed.append(OutRecord(key=run.run_id.encode(), value=row.timeline.encode()))
         out.stats["closed"] += 1
-        term = view.terminal
-        if view.limit is not None and term is not None and term["t"] == "error":
-            out.limit_deaths.append(
-                LimitDeath(
-                    tenant_id=view.cls.meta.get("tenant_id") or "",
-                    axis=str(view.limit.get("limit")),
-                    run_id=run.run_id,
-                    ts=from_us(min(term["ts"], self.clock.watermark_us)),
-                )
-            )
+        self._death(run, view, out)
         if run.alerts.get(RULE_STALE) == "firing":
             self._stale_alert(run, out, "resolved")
         self._retire.append((self.clock.watermark_us, run.run_id))
         self._shrink.append((self.clock.watermark_us + self._grace_us, run.run_id))
         self._dirty.add(run.run_id)
+
+    def _death(self, run: RunState, view: RunView, out: Output) -> None:
+        """Send the run's limit death when it differs from the one last sent (rule 16): a
+        run closed by ``error`` with an accepted ``run_limit_exceeded`` dies at its
+        terminal's time, on the axis of the highest-``seq`` such record, for its owner. A
+        late lower-``seq`` terminal or a re-stated owner sends it again; a run that no
+        longer is one sends its retraction."""
+        term = view.terminal
+        death, sig = None, ""
+        if (
+            view.limit is not None
+            and term is not None
+            and term["t"] == "error"
+            and not term.get("k")  # a skewed terminal's time is no event time to count at
+        ):
+            tenant = view.cls.meta.get("tenant_id") or ""
+            axis = str(view.limit.get("limit"))
+            death = LimitDeath(tenant, axis, run.run_id, from_us(term["ts"]))
+            sig = f"{tenant}\x1f{axis}\x1f{term['ts']}"
+        sent = run.alerts.get(_DEATH, "")
+        if sig == sent:
+            return
+        if death is not None:
+            out.limit_deaths.append(death)
+            run.alerts[_DEATH] = sig
+        else:
+            tenant, axis, ts = sent.split("\x1f")
+            out.limit_deaths.append(LimitDeath(tenant, axis, run.run_id, from_us(int(ts)), True))
+            del run.alerts[_DEATH]
+        self._dirty.add(run.run_id)
+
+    def pending_terminal_us(self) -> int | None:
+        """The earliest terminal time of the runs waiting to close: their limit deaths are
+        still to come, so the alerts' watermark may not pass it (rule 16)."""
+        runs = self.runs
+        return min((runs[r].terminal["ts"] for r in self._pending_close), default=None)  # type: ignore[index]
 
     # -- time: grace, staleness, retention -------------------------------------------------
     def _tick(self, now: float, out: Output, *, final: bool) -> None:
@@ -376,7 +407,7 @@ class Processor(KeyedProcessor[RunState]):
 
         It fires at the event time the run went stale (its last event plus the threshold),
         not at the watermark the scan saw: that depends on where batches cut (rule 10). It
-        resolves at the watermark of the close, whose timing is the grace period's.
+        resolves at its terminal's time (rule 16).
         """
         tenant = None
         if run.facts:
@@ -385,6 +416,8 @@ class Processor(KeyedProcessor[RunState]):
         at_us = self.clock.watermark_us
         if state == "firing":
             at_us = min(at_us, last_us + int(self.config.stale_after_s * _US))
+        elif run.terminal is not None:  # resolved at the terminal's time (rule 16)
+            at_us = run.terminal["ts"]
         row = stale_alert(
             run.run_id,
             tenant,

@@ -10,7 +10,15 @@ from typing import Generic, TypeVar
 
 from prism.schemas import DEFAULT_DENY, LedgerBatch
 
-__all__ = ["CoreConfig", "Delivery", "EventClock", "LimitDeath", "OutRecord", "Output"]
+__all__ = [
+    "CoreConfig",
+    "Delivery",
+    "EventClock",
+    "LaneReport",
+    "LimitDeath",
+    "OutRecord",
+    "Output",
+]
 
 _US = 1_000_000
 E = TypeVar("E")
@@ -38,6 +46,12 @@ class CoreConfig:
     processing_grace: bool = True
     redact_keys: frozenset[str] = DEFAULT_DENY
     channel_stuck_s: float = 300.0
+    allowed_lateness_s: float | None = None
+
+    @property
+    def lateness_s(self) -> float:
+        """The allowed lateness of rule 16 (default: the grace period)."""
+        return self.grace_period_s if self.allowed_lateness_s is None else self.allowed_lateness_s
 
     def __post_init__(self) -> None:
         for name in (
@@ -47,6 +61,7 @@ class CoreConfig:
             "alert_window_s",
             "max_clock_skew_s",
             "channel_stuck_s",
+            "lateness_s",
         ):
             value = getattr(self, name)
             if not math.isfinite(value) or value < 0 or value > 10 * 365 * 86400:
@@ -113,6 +128,10 @@ class EventClock:
         else:
             self._behind.discard(partition)
 
+    def is_behind(self, partition: int) -> bool:
+        """Whether ``partition`` was last reported with records waiting."""
+        return partition in self._behind
+
     def forget(self, partition: int) -> None:
         """A partition this process no longer reads (revoked)."""
         self._marks.pop(partition, None)
@@ -143,12 +162,35 @@ class OutRecord:
 
 @dataclass(frozen=True, slots=True)
 class LimitDeath:
-    """A run that closed after a run-limit breach: the input of the exhaustion alert."""
+    """A run that closed after a run-limit breach: the input of the exhaustion alert.
+
+    ``ts`` is its terminal's event time (rule 16). A run's death is sent again when it
+    changes (a late lower-``seq`` terminal, a re-stated owner); ``retract`` says the run
+    is no longer a limit death at all.
+    """
 
     tenant_id: str
     axis: str
     run_id: str
     ts: datetime
+    retract: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class LaneReport:
+    """What one input lane tells the alerter about event time (rule 16).
+
+    ``mark_us``: the latest event time the lane saw; ``pending_us``: the earliest terminal
+    time of its runs still waiting to close (their deaths are still to come, so the
+    watermark may not pass it); ``idle``: nothing waits on the lane's partition, so its
+    mark holds nothing back; ``quiet``: idle for at least the allowed lateness in
+    processing time (a stream that stopped: the alerter may decide up to the watermark).
+    """
+
+    mark_us: int
+    pending_us: int | None = None
+    idle: bool = False
+    quiet: bool = False
 
 
 @dataclass(slots=True)

@@ -18,7 +18,7 @@ import logging
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -123,6 +123,8 @@ async def rebuild(
     except TopicNotFound:
         log.info("no channel-operation topic %s: rebuilding agent events only", channel)
     replay = _Replay(settings, writer, settings.topics.input, clock)
+    # the alerts' watermark waits for every partition of the input (rule 16)
+    replay.expect_lanes(_lane(settings, tp) for tp in tps if tp.topic == settings.topics.input)
     consumer = _consumer(settings)
     started = time.monotonic()
     await consumer.start()
@@ -203,7 +205,9 @@ class _Replay:
         self, settings: Settings, writer: Any, topic: str, clock: Callable[[], float]
     ) -> None:
         config = settings.core_config()
-        alerter = ExhaustionAlerter(config.alert_window_s, config.alert_threshold)
+        alerter = ExhaustionAlerter(
+            config.alert_window_s, config.alert_threshold, config.lateness_s
+        )
         self.settings = settings
         self.intake = Intake(config, max_event_bytes=settings.max_event_bytes, alerter=alerter)
         self.store = LedgerStore(writer)
@@ -225,14 +229,21 @@ class _Replay:
         self.last_offset[partition] = records[-1].offset
         self._count(out)
 
+    def expect_lanes(self, lanes: Iterable[int]) -> None:
+        """The lanes the alerts' watermark waits for before it decides anything."""
+        assert self.intake.alerter is not None
+        self.intake.alerter.expect(list(lanes))
+
     def finish(self) -> None:
-        """Close what waited on a grace period, as the live worker's timer does."""
+        """Close what waited on a grace period, as the live worker's timer does; the topic's
+        end is the end of input for the alerts, as a quiet stream is for the worker's."""
         outs = self.intake.tick(self.clock() + self.intake.config.grace_period_s)
         out = Output()
         for partition, part in outs.items():
             out.extend(part)
             offset = self.last_offset[partition]
             out.ranges.append(("tick:" + self.topic, partition, offset, offset))
+        out.extend(self.intake.settle_alerts())
         self.store(out)
         self.intake.commit(outs)
         self._count(out)

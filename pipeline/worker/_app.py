@@ -47,7 +47,7 @@ import socket
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -62,14 +62,15 @@ from ..core import (
     ExhaustionAlerter,
     InRecord,
     Intake,
+    LaneReport,
     Output,
     OutRecord,
     PermanentStoreError,
     alert_record,
     death_record,
     decode_alerter_input,
+    lane_record,
     store_isolating,
-    watermark_record,
 )
 from ..settings import Settings
 from ._bulk import BulkIntake, Chunk
@@ -107,7 +108,7 @@ class _Stored:
 
     out: Output
     offsets: dict[int, tuple[int, int]]  # lane -> first and last offset of the batch
-    watermark_us: int  # the pipeline watermark right after the batch was stepped
+    reports: dict[int, LaneReport]  # each lane's event-time report right after the step
     epoch: int  # the rebalance epoch it was stepped in
 
 
@@ -174,6 +175,8 @@ class PipelineWorker:
         )
         self.last_offset: dict[int, int] = {}  # lane -> last offset of its last batch
         self.alerter: ExhaustionAlerter | None = None
+        self._reported: dict[int, LaneReport] = {}  # lane -> its report last sent
+        self._idle_since: dict[int, float] = {}  # lane -> processing time it went idle
         self._loaded: set[int] = set()
         self._epoch: int | None = None  # the rebalance epoch of the lanes in memory
         self._lock = asyncio.Lock()
@@ -311,7 +314,9 @@ class PipelineWorker:
         self.telemetry.acknowledged(out.event_ts)
         self.telemetry.counts["parsed_ahead"] = self.intake.ahead_used
         offsets = {p: (ack_from[p], recs[-1].offset) for p, recs in ordered.items()}
-        self._stored = _Stored(out, offsets, self.intake.clock.watermark_us, epoch)
+        clock = self.intake.clock
+        reports = {p: self.intake.lane_report(p, idle=not clock.is_behind(p)) for p in offsets}
+        self._stored = _Stored(out, offsets, reports, epoch)
         return True
 
     async def _rebalanced(self) -> None:
@@ -440,7 +445,7 @@ class PipelineWorker:
             return
         if rebalance_epoch(self.app) != stored.epoch:
             self.stats["batches_unacknowledged_rebalance"] += 1
-        await self._publish(stored.out, stored.epoch, stored.offsets, stored.watermark_us)
+        await self._publish(stored.out, stored.epoch, stored.reports)
         if rebalance_epoch(self.app) == stored.epoch:  # none began, before or while sending
             for partition, (first, last) in stored.offsets.items():  # faust may commit them
                 acknowledge(self.app, self._tp(partition), first, last)
@@ -484,19 +489,21 @@ class PipelineWorker:
         self,
         out: Output,
         epoch: int | None = None,
-        lanes: Iterable[int] = (),
-        watermark_us: int = 0,
+        reports: Mapping[int, LaneReport] | None = None,
     ) -> None:
         """Produce the output records and the run-state writes stepped in rebalance
-        ``epoch`` (``_state_records``), and wait until the broker has every one; each of
-        ``lanes`` reports ``watermark_us`` to the alerter."""
+        ``epoch`` (``_state_records``), and wait until the broker has every one; the
+        lanes' event-time ``reports`` follow their deaths to the alerter (rule 16)."""
         t = self.topics
         recs = [_record(t.dlq, r) for r in out.dlq]
         recs += [_record(t.quarantine, r) for r in out.quarantined]
         recs += [_record(t.runs_closed, r) for r in out.closed]
         recs += [_record(t.alerts, r) for r in out.alerts]
         recs += [_record(t.limit_deaths, death_record(d), 0) for d in out.limit_deaths]
-        recs += [_record(t.limit_deaths, watermark_record(p, watermark_us), 0) for p in lanes]
+        for lane, report in (reports or {}).items():
+            if lane in self.intake.processors or lane in self.intake.channels:
+                recs.append(_record(t.limit_deaths, lane_record(lane, report), 0))
+                self._reported[lane] = report
         recs += self._state_records(out.state_writes, epoch)
         await self.producer.send_all(recs)
 
@@ -585,9 +592,13 @@ class PipelineWorker:
                     "full GC pass %d: %.3fs, %d unreachable objects found so far",
                     self.gc.full_passes, self.gc.last_pause, self.gc.collected,
                 )  # fmt: skip
+            self._restore_assigned()
             lanes = set(self.intake.processors) | set(self.intake.channels)
             live = [p for p in sorted(lanes) if p in self.last_offset]
             if not live:
+                reports = self._lane_reports(now)
+                if reports:
+                    await self._publish(Output(), epoch, reports)
                 return
             for p in live:  # caught up since its last batch? then it holds nothing back
                 done = self.intake.next_offset(p) or 0
@@ -601,9 +612,10 @@ class PipelineWorker:
             out.ledger.progress.extend(self._progress(live))
             ledger = out.ledger
             changed = ledger.runs or ledger.alerts or ledger.progress or out.closed
+            reports = self._lane_reports(now)  # after the tick: the runs it closed are gone
             if not (changed or ledger.channel_operations or ledger.channel_watermarks):
                 self.intake.commit(outs)
-                await self.producer.send_all(self._state_records(out.state_writes, epoch))
+                await self._publish(out, epoch, reports)
                 return
             try:
                 await asyncio.to_thread(self.store, out)
@@ -612,8 +624,35 @@ class PipelineWorker:
                 log.exception("the ledger refused rows of the timer; they are retried next tick")
                 return
             self.intake.commit(outs)
-            await self._publish(out, epoch)
+            await self._publish(out, epoch, reports)
             await self._after(out)
+
+    def _lane_reports(self, now: float) -> dict[int, LaneReport]:
+        """The event-time report of each assigned lane that changed since it was last sent:
+        idle once its position reached the partition's end, quiet
+        once idle for the allowed lateness in processing time (rule 16)."""
+        try:
+            assigned = list(self.app.consumer.assignment())
+        except Exception:  # no consumer assignment yet
+            return {}
+        lanes = {lane_of(self.topics, tp.topic, tp.partition) for tp in assigned} - {None}
+        for lane in set(self._reported) - lanes:  # revoked: its new owner reports it
+            self._reported.pop(lane, None)
+            self._idle_since.pop(lane, None)
+        lateness = self.intake.config.lateness_s
+        changed: dict[int, LaneReport] = {}
+        for lane in sorted(cast(set[int], lanes)):
+            end = highwater(self.app, self._tp(lane))
+            idle = end is not None and end <= (self.intake.next_offset(lane) or 0)
+            if idle:
+                since = self._idle_since.setdefault(lane, now)
+            else:
+                since = self._idle_since.pop(lane, None) or now
+            quiet = idle and now - since >= lateness
+            report = self.intake.lane_report(lane, idle=idle, quiet=quiet)
+            if self._reported.get(lane) != report:
+                changed[lane] = report
+        return changed
 
     async def _read_undelivered(self, busy: set[int]) -> bool:
         """Read back and step the records of assigned lanes that the consumer no longer
@@ -718,8 +757,13 @@ class PipelineWorker:
 
     async def _alert_batch(self, events: Sequence[Any]) -> None:
         alerter = self._alerter()
-        deaths, wm = decode_alerter_input([e.message.value for e in events])
-        rows = alerter.observe(deaths) + alerter.advance(wm)
+        deaths, reports = decode_alerter_input([e.message.value for e in events])
+        late = alerter.late
+        alerter.observe(deaths)
+        for lane, report in reports.items():
+            alerter.report(lane, report)
+        rows = alerter.decide()
+        self.stats["alerts.late_deaths"] += alerter.late - late
         if rows:
             first, last = events[0].message.offset, events[-1].message.offset
             out = Output(ledger=LedgerBatch(alerts=rows))
@@ -736,14 +780,21 @@ class PipelineWorker:
             self.alerter = None
 
     def _alerter(self) -> ExhaustionAlerter:
+        """The one alerter (rule 16), restored from its table; it waits for a report from
+        each partition of the input before it decides anything."""
         if self.alerter is None:
             raw = self.alert_state.get(_ALERTER_KEY)
             cfg = self.intake.config
-            self.alerter = (
-                ExhaustionAlerter.from_bytes(raw)
-                if raw
-                else ExhaustionAlerter(cfg.alert_window_s, cfg.alert_threshold)
-            )
+            alerter = None
+            if raw:
+                try:
+                    alerter = ExhaustionAlerter.from_bytes(raw)
+                except ValueError as exc:  # an older format: decide again from here on
+                    log.warning("%s; the alerter starts over", exc)
+            if alerter is None:
+                alerter = ExhaustionAlerter(cfg.alert_window_s, cfg.alert_threshold, cfg.lateness_s)
+            alerter.expect(range(self.settings.partitions))
+            self.alerter = alerter
         return self.alerter
 
     async def _notify(self, rows: list[AlertRow]) -> None:
