@@ -1,10 +1,10 @@
 """``prism-pipeline query "SQL"``: print a query's result against the configured ledger.
 
-Read-only unless ``--allow-writes``: the statement is checked (one SELECT/WITH/SHOW/
-DESCRIBE/EXPLAIN/EXISTS, no writing keyword, no table function reading files or URLs) and
-runs with ClickHouse's ``readonly = 1``. Handy with the embedded chDB engine, which one
-process owns at a time: run it while no worker holds the same path, or point
-``--clickhouse`` at a server.
+Read-only unless ``--allow-writes``: ClickHouse's own parser decides what the statement is,
+and only one SELECT/WITH/SHOW TABLES/SHOW CREATE/DESCRIBE/EXISTS/EXPLAIN whose every table
+is the ledger's own runs, with ClickHouse's ``readonly = 1`` (``sinks._readonly``). Handy
+with the embedded chDB engine, which one process owns at a time: run it while no worker
+holds the same path, or point ``--clickhouse`` at a server.
 """
 
 from __future__ import annotations
@@ -15,10 +15,19 @@ from typing import Any
 
 from prism.pipeline.commands._output import render
 
-__all__ = ["add_connection_args", "connection", "register", "render"]
+__all__ = ["ExamplesFormatter", "add_connection_args", "connection", "register", "render"]
 
 FORMATS = ("table", "vertical", "csv", "json")
 _PARAM_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.S)
+
+
+class ExamplesFormatter(argparse.HelpFormatter):
+    """Wraps the description as argparse does; an epilog of examples keeps its lines."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if text.startswith("examples:"):
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -27,11 +36,23 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="run one SQL query against the ledger and print the result",
         description=(
             "Runs SQL on the ledger (default database from PRISM_CLICKHOUSE_DATABASE, so "
-            "`SELECT * FROM runs` works) and prints the rows. Read-only by default: one "
-            "SELECT, WITH, SHOW, DESCRIBE, EXPLAIN or EXISTS statement, run with ClickHouse's "
-            "readonly=1; writes, DDL and table functions that read files or URLs (file(), "
-            "url(), s3(), remote(), ...) are refused."
+            "`SELECT * FROM runs` works) and prints the rows. Read-only by default: "
+            "ClickHouse parses the statement, and only one SELECT, WITH, SHOW TABLES, SHOW "
+            "CREATE TABLE, DESCRIBE, EXISTS or EXPLAIN SELECT whose every table is one of the "
+            "ledger's own tables and views runs, with ClickHouse's readonly=1. Anything else "
+            "is refused with the reason: writes, DDL, SET, KILL, table functions (file(), "
+            "url(), s3(), remote(), numbers(), ...), other databases (system.*), SETTINGS, "
+            "INTO OUTFILE, several statements. A statement that does not parse gets "
+            "ClickHouse's syntax error."
         ),
+        epilog=(
+            "examples:\n"
+            '  prism-pipeline query "SELECT status, count() AS runs FROM runs GROUP BY status"\n'
+            '  prism-pipeline query "SELECT * FROM usage WHERE tenant_id = {tenant:String}" '
+            "--param tenant=acme-corp --format vertical\n"
+            '  prism-pipeline query "SHOW TABLES"'
+        ),
+        formatter_class=ExamplesFormatter,
     )
     p.add_argument("sql", help='the statement, e.g. "SELECT status, count() FROM runs GROUP BY 1"')
     add_connection_args(p)
@@ -106,29 +127,20 @@ def _parameters(pairs: list[tuple[str, str]]) -> dict[str, Any] | None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from prism.sinks import (
-        LedgerQueryError,
-        LedgerReadOnlyError,
-        check_read_only,
-        query,
-        read_only_query,
-    )
+    from prism.sinks import LedgerQueryError, LedgerReadOnlyError, query, read_only_query
+    from prism.sinks._readonly import QuerySyntaxError
 
-    if not args.allow_writes:
-        try:
-            check_read_only(args.sql)  # before connecting: a refused statement touches nothing
-        except LedgerReadOnlyError as exc:
-            raise LedgerReadOnlyError(
-                f"refused: {exc}. `query` is read-only by default; an operator who means to "
-                "change the ledger adds --allow-writes"
-            ) from None
     params = _parameters(args.params)
-    client, _ = connection(args, read_only=not args.allow_writes)
+    client, database = connection(args, read_only=not args.allow_writes)
     if args.allow_writes:
         result = query(client, args.sql, params)
     else:
         try:
-            result = read_only_query(client, args.sql, params)
+            result = read_only_query(client, args.sql, params, database=database)
+        except QuerySyntaxError:
+            raise
+        except LedgerReadOnlyError as exc:
+            raise LedgerReadOnlyError(f"refused: {exc}") from None
         except LedgerQueryError as exc:
             if "readonly" not in str(exc):
                 raise
