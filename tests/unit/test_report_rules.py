@@ -12,7 +12,7 @@ from typing import Any
 
 from prism.dashboards._palette import OTHER_COLOR, RUN_STATUSES, STATUS_COLORS
 from prism.pipeline.report import build_report
-from prism.pipeline.report._data import PanelResult, Series, fold_series
+from prism.pipeline.report._data import PanelResult, Series
 
 EVENT_DAY = datetime(2026, 11, 30, 0, 0, tzinfo=UTC)  # the fleet's own timestamps
 RECEIVED = datetime(2026, 12, 3, 9, 0, tzinfo=UTC)  # replayed three days later
@@ -128,6 +128,8 @@ def test_receive_time_panels_are_drawn_on_a_receive_time_axis() -> None:
 
 
 def test_a_stack_of_many_series_shows_the_top_eight_and_other() -> None:
+    from prism.pipeline.report._data import fold_series
+
     t0 = EVENT_DAY
     many = [Series(f"tenant-{i:02d} / m", [(t0, float(i + 1))]) for i in range(28)]
     folded = fold_series(many)
