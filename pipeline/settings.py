@@ -154,6 +154,9 @@ class Settings(BaseSettings):
     channel_stuck_seconds: float = _seconds(300.0, strict=True, high=_DAY)
     alert_window_seconds: float = _seconds(300.0, strict=True, high=7 * _DAY)
     alert_limit_deaths_threshold: int = Field(default=5, ge=1, le=1_000_000)
+    # How far behind the event-time watermark alerts wait for late deaths (rule 16);
+    # None: the grace period
+    allowed_lateness_seconds: float | None = Field(default=None, ge=0, le=_DAY, allow_inf_nan=False)
     alert_webhook_url: SecretUrl | None = None
 
     # Channel alert rules written by `dashboards build` (open items, capacity denials)
@@ -318,6 +321,7 @@ class Settings(BaseSettings):
             processing_grace=processing_grace,
             redact_keys=self.redact_keys,
             channel_stuck_s=self.channel_stuck_seconds,
+            allowed_lateness_s=self.allowed_lateness_seconds,
         )
 
     def aiokafka_kwargs(self) -> dict[str, Any]:
