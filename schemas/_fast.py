@@ -1,12 +1,23 @@
 """An accept-only fast parse path for agent events (msgspec), with pydantic as the fallback.
 
-``parse_fast_batch`` decodes each record value with msgspec into structs that mirror the
-contract models, checks in Python the rules msgspec cannot express, and builds directly
-what the core derives from a pydantic event: the payload in wire form (``data``, as
+``parse_fast_batch`` decodes each record value with msgspec into structs that
+``build_tables`` makes at import from the schema pydantic-core validates the event classes
+with, checks in Python the rules msgspec cannot express, and builds directly what the core
+derives from a pydantic event: the payload in wire form (``data``, as
 ``model_dump(mode="json", by_alias=True, exclude_none=True)`` gives it, same key order),
 the envelope values and ``ts`` in microseconds. Whenever there is any doubt the value is
 declined and handed to ``parse_batch``, which stays the contract: the fast path must give
 exactly what the slow path gives, or nothing.
+
+Nothing of the contract is typed here twice: literal sets, length and numeric bounds,
+patterns, aliases, field order and which fields are required all come from the schema.
+What the schema holds as Python code is recognised by the function pydantic runs, with its
+parameters read from the schema: the ``Usage`` and ``UsageRecordedData`` model validators
+(``_RULES``), ``Utf8MaxBytes``, ``JsonObject``, ``Cost`` and the envelope's ``Timestamp``.
+Any other node (an unknown validator, type, option or pattern syntax) makes its field
+decline when present, or its event type (or every type) decline when the field is
+required; ``TABLES.declined`` says which and why. A contract change can make the fast path
+slower, never different.
 
 It declines (among others) on:
 
@@ -14,16 +25,17 @@ It declines (among others) on:
   UTF-8, NaN/Infinity, not an object, a wrong type or bound, an unknown or missing
   ``type``, a missing field);
 - any key the structs do not declare (``forbid_unknown_fields``), which covers the
-  snake_case field names pydantic also accepts (``populate_by_name``), ``schema_``, and
+  snake_case field names pydantic also accepts (``validate_by_name``), ``schema_``, and
   extra keys pydantic would ignore;
 - any explicit ``null`` in a contract field (a free-form object keeps its nulls);
 - duplicate keys anywhere (see ``_no_duplicates``), and any ``\\u003`` escape;
-- a ``cost`` that is a JSON number or a string with leading zeros or more than 12
-  decimals (only ``0`` or ``[1-9][0-9]{0,14}`` with optional ``.`` and 1..12 digits);
+- a number beyond +-(2^53-1) in a float field, and free-form objects nested over 64 deep;
+- a ``cost`` that is a JSON number or a string not written the way ``format(Decimal, "f")``
+  writes it back (leading zeros), or with more integer digits or decimals than its bounds;
 - a ``ts`` outside the forms reproduced here (see ``_ts_us``).
 
 Patterns use ``\\A...\\Z``: msgspec applies them with ``re.search``, where ``$`` would also
-match before a trailing newline (pydantic's regex engine does not).
+match before a trailing newline (pydantic's Rust regex engine does not).
 """
 
 from __future__ import annotations
@@ -31,64 +43,22 @@ from __future__ import annotations
 import gc
 import math
 import re
-import warnings
-from collections.abc import Callable, Sequence
-from datetime import date
-from typing import Annotated, Any, Literal, Union, cast
+from collections.abc import Callable, Iterable, Sequence
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
+from typing import Annotated, Any, Literal, NamedTuple, Union
 
 import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
-from pydantic.alias_generators import to_camel
+from pydantic import BaseModel, TypeAdapter
 
 from prism.schemas._constants import MAX_EVENT_BYTES
-from prism.schemas._data import (
-    CLOSEST_MAX_ITEMS,
-    LAST_TOOL_CALL_HASHES_MAX_ITEMS,
-    STOP_DETAIL_MAX_BYTES,
-    AgentDeniedData,
-    AgentFinishedData,
-    AgentStartedData,
-    BudgetExhaustedData,
-    ChildFailedData,
-    ChildMilestoneData,
-    DelegationChildEventsCappedData,
-    DelegationChildEventsCoalescedData,
-    DeterministicTurnFinishedData,
-    ErrorEventData,
-    ExtensionErrorData,
-    GuardrailDeniedData,
-    ProviderTurnFinishedData,
-    RunLimitExceededData,
-    RunResumedData,
-    RunSuspendedData,
-    ToolCallFinishedData,
-    ToolNarrowingClampedData,
-    UsageRecordedData,
-)
+from prism.schemas._data import UsageRecordedData
 from prism.schemas._errors import ContractViolation
 from prism.schemas._events import KNOWN_EVENT_CLASSES, EventBase
 from prism.schemas._parse import parse_batch
-from prism.schemas._payloads import (
-    ERROR_MESSAGE_MAX_BYTES,
-    AgentRef,
-    Breach,
-    Budgets,
-    CacheInfo,
-    ClosestAxis,
-    ErrorInfo,
-    ModelRef,
-    ParentRef,
-    ToolsInfo,
-    Usage,
-)
-from prism.schemas._types import (
-    MAX_SAFE_INTEGER,
-    MAX_SEQ,
-    MAX_UINT32,
-    TS_MAX,
-    TS_MIN,
-    WireModel,
-)
+from prism.schemas._payloads import Usage
+from prism.schemas._types import MAX_SAFE_INTEGER, JsonObject, Utf8MaxBytes
 
 __all__ = ["FastEvent", "parse_fast_batch"]
 
@@ -110,404 +80,57 @@ class FastEvent(Struct, frozen=True):
     envelope: dict[str, Any]
 
 
-# -- field types (pydantic's, as msgspec constraints) ---------------------------------------
+Check = Callable[[Any], bool]
 
-_Id = Annotated[str, Meta(min_length=1, max_length=128)]
-_Seq = Annotated[int, Meta(ge=0, le=MAX_SEQ)]
-_Count = Annotated[int, Meta(ge=0, le=MAX_SAFE_INTEGER)]
-_SmallCount = Annotated[int, Meta(ge=0, le=MAX_UINT32)]
-_Ordinal = Annotated[int, Meta(ge=1, le=MAX_UINT32)]
-# pydantic allows any finite number; beyond +-(2^53-1) the fast path declines (a JSON
-# integer that large becomes a float by rounding, which is not worth trusting here).
-_Number = Annotated[float, Meta(ge=-MAX_SAFE_INTEGER, le=MAX_SAFE_INTEGER)]
-_NonNegNumber = Annotated[float, Meta(ge=0, le=MAX_SAFE_INTEGER)]
-_Ratio = Annotated[float, Meta(ge=0, le=1)]
-_Currency = Annotated[str, Meta(pattern=r"\A[A-Z]{3}\Z")]
-_BundleDigest = Annotated[str, Meta(pattern=r"\Asha256:[0-9a-f]{64}\Z")]
-_Middleware = Annotated[str, Meta(pattern=r"\A[A-Za-z0-9._:-]{1,64}\Z")]
-_Rule = Annotated[str, Meta(pattern=r"\Apack:[A-Za-z0-9._-]{1,64}/[A-Za-z0-9._:-]{1,128}\Z")]
-_Tool = Annotated[str, Meta(min_length=1, max_length=256)]
-# The subset of COST_PATTERN whose ``format(Decimal(s), "f")`` is ``s`` itself.
-_Cost = Annotated[str, Meta(pattern=r"\A(?:0|[1-9][0-9]{0,14})(?:\.[0-9]{1,12})?\Z")]
-_Message = Annotated[str, Meta(max_length=ERROR_MESSAGE_MAX_BYTES)]  # + bytes, checked below
-_StopDetail = Annotated[str, Meta(max_length=STOP_DETAIL_MAX_BYTES)]  # + bytes, checked below
-_JsonObject = dict[str, Any]  # + _storable, checked below
 
-_TurnStopReason = Literal[
-    "end_turn",
-    "tool_calls",
-    "max_output_tokens",
-    "content_filter",
-    "abort",
-    "provider_error",
-    "unknown",
-]
-_FinishStopReason = Literal["host_policy", "turn_limit", "token_limit", "refusal"]
-_FailureClass = Literal["quota", "auth", "rate_limited", "transient", "permanent", "unknown"]
+# -- the Python rules of the schema, by the function pydantic runs ----------------------------
 
 
-class _W(Struct, rename=to_camel, forbid_unknown_fields=True, kw_only=True):
-    """Base of the mirrors: pydantic's aliases, no unknown key, fields in pydantic's order.
+def _priced_estimate_ok(usage: Any) -> bool:
+    """``Usage._estimates_are_never_priced``: an estimate carries no cost/currency;
+    confidence only on one."""
+    if usage.estimated is True:
+        return usage.cost is UNSET and usage.currency is UNSET
+    return usage.confidence is UNSET
 
-    Optional fields default to ``UNSET`` and do not accept ``null``: absent stays absent
-    (``to_builtins`` leaves it out, as ``exclude_none`` does), a ``null`` declines.
-    """
 
+def _scope_ok(data: Any) -> bool:
+    """``UsageRecordedData._scope_rules``: turn and attempt exactly on ``provider_turn``."""
+    if data.scope == "provider_turn":
+        return data.turn is not UNSET and data.attempt is not UNSET
+    return data.turn is UNSET and data.attempt is UNSET
 
-# -- payloads (schemas/_payloads.py) --------------------------------------------------------
 
+def _validator(model: type[BaseModel], name: str) -> Any:
+    found = model.__pydantic_decorators__.model_validators.get(name)
+    return None if found is None else found.func
 
-class _Usage(_W, kw_only=True):
-    input_tokens: _Count | UnsetType = UNSET
-    output_tokens: _Count | UnsetType = UNSET
-    total_tokens: _Count | UnsetType = UNSET
-    cache_read_tokens: _Count | UnsetType = UNSET
-    cache_write_tokens: _Count | UnsetType = UNSET
-    cost: _Cost | UnsetType = UNSET
-    currency: _Currency | UnsetType = UNSET
-    estimated: bool | UnsetType = UNSET
-    confidence: Literal["medium", "low"] | UnsetType = UNSET
 
-
-class _ErrorInfo(_W, kw_only=True):
-    code: str
-    message: _Message
-    failure_class: _FailureClass | UnsetType = UNSET
-
-
-class _Budgets(_W, kw_only=True):
-    input_tokens: _Count | UnsetType = UNSET
-    input_cap: _Count | UnsetType = UNSET
-    run_input_budget: _Count | UnsetType = UNSET
-    run_input_used: _Count
-    turns: _Count
-    max_turns: _Count
-
-
-class _ToolsInfo(_W, kw_only=True):
-    count: _SmallCount
-    ids_hash: str
-
-
-class _CacheInfo(_W, kw_only=True):
-    cache_read_tokens: _Count | UnsetType = UNSET
-    cache_write_tokens: _Count | UnsetType = UNSET
-    hit_rate: _Ratio | UnsetType = UNSET
-
-
-class _Breach(_W, kw_only=True):
-    limit: str
-    maximum: _Number
-    observed: _Number
-
-
-class _ClosestAxis(_W, kw_only=True):
-    axis: str
-    used: _Number
-    maximum: _Number
-
-
-class _AgentRef(_W, kw_only=True):
-    id: str
-    definition_revision: str | UnsetType = UNSET
-
-
-class _ModelRef(_W, kw_only=True):
-    provider: str
-    model: str
-
-
-class _ParentRef(_W, kw_only=True):
-    run_id: _Id
-    delegation_id: str
-    child_id: str | UnsetType = UNSET
-
-
-# -- data payloads (schemas/_data.py) -------------------------------------------------------
-
-
-class _AgentStartedData(_W, kw_only=True):
-    limits: _JsonObject | UnsetType = UNSET
-    idempotency_key: str | UnsetType = UNSET
-
-
-class _ProviderTurnFinishedData(_W, kw_only=True):
-    turn: _Ordinal
-    attempt: _Ordinal
-    latency_ms: _NonNegNumber
-    stop_reason: _TurnStopReason
-    budgets: _Budgets
-    tools: _ToolsInfo
-    cache: _CacheInfo | UnsetType = UNSET
-    usage: _Usage | UnsetType = UNSET
-
-
-class _DeterministicTurnFinishedData(_W, kw_only=True):
-    turn: _Ordinal
-    middleware: _Middleware
-
-
-class _ToolCallFinishedData(_W, kw_only=True):
-    turn: _Ordinal
-    tool: str
-    call_id_hash: str
-    duration_ms: _NonNegNumber
-    ok: bool
-    error_code: str | UnsetType = UNSET
-
-
-class _ToolNarrowingClampedData(_W, kw_only=True):
-    turn: _Ordinal
-    dropped: list[str]
-
-
-class _RunSuspendedData(_W, kw_only=True):
-    reason: str | UnsetType = UNSET
-
-
-class _RunResumedData(_W, kw_only=True):
-    reason: str | UnsetType = UNSET
-
-
-class _RunLimitExceededData(_W, kw_only=True):
-    limit: str
-    maximum: _Number
-    observed: _Number
-    currency: _Currency | UnsetType = UNSET
-
-
-class _BudgetExhaustedData(_W, kw_only=True):
-    axis: str
-    counters: _JsonObject
-    closest: Annotated[list[_ClosestAxis], Meta(max_length=CLOSEST_MAX_ITEMS)]
-    last_tool_call_hashes: Annotated[list[str], Meta(max_length=LAST_TOOL_CALL_HASHES_MAX_ITEMS)]
-
-
-class _ChildMilestoneData(_W, kw_only=True):
-    delegation_id: str
-    child_id: str
-    child_run_id: _Id | UnsetType = UNSET
-    turn: _Ordinal | UnsetType = UNSET
-
-
-class _ChildFailedData(_W, kw_only=True):
-    delegation_id: str
-    child_id: str
-    child_run_id: _Id | UnsetType = UNSET
-    error: _ErrorInfo
-    breach: _Breach | UnsetType = UNSET
-
-
-class _DelegationChildEventsCappedData(_W, kw_only=True):
-    delegation_id: str
-    cap: _Count
-
-
-class _DelegationChildEventsCoalescedData(_W, kw_only=True):
-    delegation_id: str
-    dropped: _Count
-
-
-class _UsageRecordedData(_W, kw_only=True):
-    scope: Literal["provider_turn", "run_total"]
-    turn: _Ordinal | UnsetType = UNSET
-    attempt: _Ordinal | UnsetType = UNSET
-    entry_id: str | UnsetType = UNSET
-    usage: _Usage
-
-
-class _ExtensionErrorData(_W, kw_only=True):
-    extension: str
-    code: str
-
-
-class _GuardrailDeniedData(_W, kw_only=True):
-    turn: _Ordinal | UnsetType = UNSET
-    tool: _Tool | UnsetType = UNSET
-    rule: _Rule
-    stage: Literal["before_tool", "after_tool", "input", "output"]
-
-
-class _AgentFinishedData(_W, kw_only=True):
-    finish_reason: str | UnsetType = UNSET
-    stop_reason: _FinishStopReason | UnsetType = UNSET
-    stop_detail: _StopDetail | UnsetType = UNSET
-
-
-class _AgentDeniedData(_W, kw_only=True):
-    reason: str
-
-
-class _ErrorEventData(_W, kw_only=True):
-    error: _ErrorInfo
-    aborted: bool | UnsetType = UNSET
-    abort_reason: str | UnsetType = UNSET
-
-
-# -- envelope and events (schemas/_events.py) ------------------------------------------------
-
-
-class _Env(_W, tag_field="type", kw_only=True):
-    schema: Literal["prism.agent-event/v1"]
-    event_id: _Id
-    run_id: _Id
-    seq: _Seq
-    ts: str  # RFC 3339, checked and converted by _ts_us
-    session_id: str | UnsetType = UNSET
-    tenant_id: str | UnsetType = UNSET
-    account_id: str | UnsetType = UNSET
-    user_id: str | UnsetType = UNSET
-    agent: _AgentRef | UnsetType = UNSET
-    model: _ModelRef | UnsetType = UNSET
-    parent: _ParentRef | UnsetType = UNSET
-    bundle_digest: _BundleDigest | UnsetType = UNSET
-
-
-# Each payload mirror and the pydantic model it mirrors.
-_PAYLOAD_MIRRORS: tuple[tuple[type[Struct], type[WireModel]], ...] = (
-    (_Usage, Usage),
-    (_ErrorInfo, ErrorInfo),
-    (_Budgets, Budgets),
-    (_ToolsInfo, ToolsInfo),
-    (_CacheInfo, CacheInfo),
-    (_Breach, Breach),
-    (_ClosestAxis, ClosestAxis),
-    (_AgentRef, AgentRef),
-    (_ModelRef, ModelRef),
-    (_ParentRef, ParentRef),
-)
-
-# Each event type's ``data`` mirror, by the pydantic data model it mirrors.
-_DATA_MIRRORS: dict[type[WireModel], type[_W]] = {
-    AgentStartedData: _AgentStartedData,
-    ProviderTurnFinishedData: _ProviderTurnFinishedData,
-    DeterministicTurnFinishedData: _DeterministicTurnFinishedData,
-    ToolCallFinishedData: _ToolCallFinishedData,
-    ToolNarrowingClampedData: _ToolNarrowingClampedData,
-    RunSuspendedData: _RunSuspendedData,
-    RunResumedData: _RunResumedData,
-    RunLimitExceededData: _RunLimitExceededData,
-    BudgetExhaustedData: _BudgetExhaustedData,
-    ChildMilestoneData: _ChildMilestoneData,
-    ChildFailedData: _ChildFailedData,
-    DelegationChildEventsCappedData: _DelegationChildEventsCappedData,
-    DelegationChildEventsCoalescedData: _DelegationChildEventsCoalescedData,
-    UsageRecordedData: _UsageRecordedData,
-    ExtensionErrorData: _ExtensionErrorData,
-    GuardrailDeniedData: _GuardrailDeniedData,
-    AgentFinishedData: _AgentFinishedData,
-    AgentDeniedData: _AgentDeniedData,
-    ErrorEventData: _ErrorEventData,
+# Each model validator the fast path reproduces, by its function (a renamed one is unknown).
+_RULES: dict[Any, Check] = {
+    function: check
+    for function, check in (
+        (_validator(Usage, "_estimates_are_never_priced"), _priced_estimate_ok),
+        (_validator(UsageRecordedData, "_scope_rules"), _scope_ok),
+    )
+    if function is not None
 }
 
 
-def _event_structs() -> tuple[dict[type[_Env], type[WireModel]], dict[type[_Env], str]]:
-    """One struct per known event class, made from it: the envelope (``_Env``), its
-    ``type`` literal as the tag and the mirror of its ``data`` model. A class whose data
-    model has no mirror gets none: its values are declined (``_drift`` reports it)."""
-    models: dict[type[_Env], type[WireModel]] = {}
-    tags: dict[type[_Env], str] = {}
-    for model in KNOWN_EVENT_CLASSES:
-        data = _DATA_MIRRORS.get(model.model_fields["data"].annotation)  # type: ignore[arg-type]
-        if data is None:
-            continue
-        tag = model.model_fields["type"].annotation.__args__[0]  # type: ignore[union-attr]
-        struct = cast(
-            type[_Env],
-            msgspec.defstruct(
-                f"_{model.__name__}", [("data", data)], bases=(_Env,), tag=tag, kw_only=True
-            ),
-        )
-        models[struct] = model
-        tags[struct] = tag
-    return models, tags
+def _function_of(annotation: Any) -> Any:
+    """The after-validator function pydantic runs for ``annotation``; ``None`` if none."""
+    try:
+        return TypeAdapter(annotation).core_schema["function"]["function"]  # type: ignore[typeddict-item]
+    except Exception:  # another shape: not recognised, so it declines
+        return None
 
 
-_EVENT_MODELS, _TYPE_OF = _event_structs()
-
-# Each mirror and the pydantic model it mirrors (checked by _drift at import).
-MIRRORS: tuple[tuple[type[Struct], type[WireModel]], ...] = (
-    *_PAYLOAD_MIRRORS,
-    *((struct, model) for model, struct in _DATA_MIRRORS.items()),
-    *_EVENT_MODELS.items(),
-)
-
-
-def _wire_names(model: type[WireModel]) -> list[tuple[str, bool]]:
-    """(wire key, required) of each field of a pydantic model, in declaration order."""
-    out = []
-    for name, info in model.model_fields.items():
-        key = info.validation_alias if isinstance(info.validation_alias, str) else info.alias
-        out.append((key or name, info.is_required()))
-    return out
-
-
-def _struct_names(struct: type[Struct]) -> list[tuple[str, bool]]:
-    """(wire key, required) of each field of a mirror (its tag as a required ``type``)."""
-    info = msgspec.inspect.type_info(struct)
-    assert isinstance(info, msgspec.inspect.StructType)
-    out = [(f.encode_name, f.required) for f in info.fields]
-    if info.tag_field is not None:
-        out.append((info.tag_field, True))
-    return out
-
-
-def _drift() -> list[str]:
-    """Where a mirror no longer matches its model (names, order, required); [] when none.
-
-    Event mirrors are compared as sets (the envelope's order is built by hand); payload
-    mirrors in order (``data`` keeps pydantic's key order).
-    """
-    problems = [
-        f"{model.__name__} has no data mirror"
-        for model in KNOWN_EVENT_CLASSES
-        if model not in _EVENT_MODELS.values()
-    ]
-    for struct, model in MIRRORS:
-        mine, theirs = _struct_names(struct), _wire_names(model)
-        same = sorted(mine) == sorted(theirs) if issubclass(struct, _Env) else mine == theirs
-        if not same:
-            problems.append(f"{struct.__name__} != {model.__name__}: {mine} vs {theirs}")
-    return problems
-
-
-DRIFT = _drift()
-if DRIFT:  # pragma: no cover - a contract model changed without its mirror
-    warnings.warn(
-        "schemas._fast: msgspec mirrors differ from the pydantic models; the fast path is "
-        "off (every value takes parse_batch): " + "; ".join(DRIFT),
-        RuntimeWarning,
-        stacklevel=1,
-    )
-
-_decode = msgspec.json.Decoder(Union[tuple(_EVENT_MODELS)]).decode  # type: ignore[misc]  # noqa: UP007
-_encode = msgspec.json.Encoder().encode
-_to_builtins = msgspec.to_builtins
-
-
-# -- checks msgspec cannot express ----------------------------------------------------------
+_JSON_OBJECT_CHECK = _function_of(JsonObject)
+_UTF8_CHECK_CODE = getattr(_function_of(Annotated[str, Utf8MaxBytes(1)]), "__code__", None)
 
 # Free-form objects (the only places of unbounded nesting) nest at most this deep: far
 # below pydantic's JSON depth limit (a value about 200 levels deep is not JSON to it).
 _MAX_DEPTH = 64
-
-
-def _utf8_ok(value: str | UnsetType, limit: int) -> bool:
-    """``Utf8MaxBytes(limit)``: at most ``limit`` bytes of UTF-8 (characters checked by Meta)."""
-    if value is UNSET:
-        return True
-    assert isinstance(value, str)
-    return len(value) * 4 <= limit or len(value.encode("utf-8")) <= limit
-
-
-def _usage_ok(usage: _Usage | UnsetType) -> bool:
-    """``Usage``'s rules: an estimate carries no cost/currency; confidence only on one."""
-    if usage is UNSET:
-        return True
-    assert isinstance(usage, _Usage)
-    if usage.estimated is True:
-        return usage.cost is UNSET and usage.currency is UNSET
-    return usage.confidence is UNSET
 
 
 def _storable(value: Any, depth: int = _MAX_DEPTH) -> bool:
@@ -530,56 +153,468 @@ def _storable(value: Any, depth: int = _MAX_DEPTH) -> bool:
     return True
 
 
-def _check_agent_started(data: Any) -> bool:
-    return data.limits is UNSET or _storable(data.limits)
+def _utf8_within(limit: int) -> Check:
+    """``Utf8MaxBytes(limit)``: at most ``limit`` bytes of UTF-8 (characters checked by Meta)."""
+
+    def check(value: str) -> bool:
+        return len(value) * 4 <= limit or len(value.encode("utf-8")) <= limit
+
+    return check
 
 
-def _check_provider_turn(data: Any) -> bool:
-    return _usage_ok(data.usage)
+def _all_items(check: Check) -> Check:
+    return lambda items: all(map(check, items))
 
 
-def _check_budget_exhausted(data: Any) -> bool:
-    return _storable(data.counters)
+class _Plan(NamedTuple):
+    """The checks of a struct: its fields' (on present values), then its model rules."""
+
+    fields: tuple[tuple[str, Any], ...]
+    """(attribute, its ``_Plan`` or its check)."""
+    rules: tuple[Check, ...]
 
 
-def _check_usage_recorded(data: Any) -> bool:
-    if data.scope == "provider_turn":
-        if data.turn is UNSET or data.attempt is UNSET:
-            return False
-    elif data.turn is not UNSET or data.attempt is not UNSET:
-        return False
-    return _usage_ok(data.usage)
+_Node = Union[Check, _Plan]  # noqa: UP007 - a runtime alias
 
 
-def _check_agent_finished(data: Any) -> bool:
-    return _utf8_ok(data.stop_detail, STOP_DETAIL_MAX_BYTES)
+def _compile(plan: _Plan) -> Check:
+    """One function running every check of ``plan`` inline: one call per event, as a
+    hand-written check per event type would be."""
+    env: dict[str, Any] = {"UNSET": UNSET}
+    lines = ["def check(v0):"]
+
+    def emit(var: str, plan: _Plan, pad: str) -> None:
+        for name, node in plan.fields:
+            sub = f"v{len(env)}"
+            env[sub] = None  # one name per node
+            lines.extend([f"{pad}{sub} = {var}.{name}", f"{pad}if {sub} is not UNSET:"])
+            if isinstance(node, _Plan):
+                emit(sub, node, pad + "    ")
+            else:
+                env[f"f{sub}"] = node
+                lines.append(f"{pad}    if not f{sub}({sub}): return False")
+        for rule in plan.rules:
+            name = f"r{len(env)}"
+            env[name] = rule
+            lines.append(f"{pad}if not {name}({var}): return False")
+
+    emit("v0", plan, "    ")
+    exec("\n".join([*lines, "    return True"]), env)  # names are identifiers (checked)
+    return env["check"]  # type: ignore[no-any-return]
 
 
-def _check_error_message(data: Any) -> bool:
-    return _utf8_ok(data.error.message, ERROR_MESSAGE_MAX_BYTES)
+# -- patterns: pydantic's Rust regex syntax, the subset Python's re reads the same way ----------
+
+_LITERAL = frozenset(
+    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_:/@#,;=!%'\"<> -"
+)
+_ESCAPED = frozenset(".^$*+?()[]{}|\\-/")
+_IN_CLASS = _LITERAL | frozenset(".*+?()|{}$")
+_QUANTIFIER = re.compile(r"\{[0-9]+(?:,[0-9]*)?\}\??|[?*+]\??")
 
 
-# The checks of each payload mirror that has any, by the mirror's class.
-_CHECKS: dict[type[Struct], Callable[[Any], bool]] = {
-    _AgentStartedData: _check_agent_started,
-    _ProviderTurnFinishedData: _check_provider_turn,
-    _BudgetExhaustedData: _check_budget_exhausted,
-    _ChildFailedData: _check_error_message,
-    _UsageRecordedData: _check_usage_recorded,
-    _AgentFinishedData: _check_agent_finished,
-    _ErrorEventData: _check_error_message,
-}
+def _class_end(pattern: str, i: int) -> int | None:
+    """The index after the character class starting at ``pattern[i] == "["``; ``None`` when
+    it holds anything but ASCII letters, digits, plain punctuation and ranges of those."""
+    i += 1
+    if pattern[i : i + 1] == "^":
+        i += 1
+    start = i
+    while i < len(pattern) and pattern[i] != "]":
+        c = pattern[i]
+        if c == "\\":
+            if pattern[i + 1 : i + 2] not in _ESCAPED:
+                return None
+            i += 2
+        elif c == "-" and i != start and pattern[i + 1 : i + 2] != "]":
+            lo, hi = pattern[i - 1], pattern[i + 1]
+            if not (lo.isalnum() and hi.isalnum() and lo.isascii() and hi.isascii() and lo <= hi):
+                return None
+            i += 2
+        elif c in _IN_CLASS:
+            i += 1
+        else:
+            return None
+    return i + 1 if i < len(pattern) and i > start else None
 
-# RFC3339_PATTERN's forms as pydantic (speedate) reads them: any number of fraction digits
+
+def _python_pattern(pattern: str) -> str | None:
+    """``pattern`` for ``re.search`` with the meaning pydantic-core's regex gives it, or
+    ``None`` when it uses anything beyond literals, classes, groups, ``|`` and quantifiers."""
+    out: list[str] = []
+    i, depth = 0, 0
+    while i < len(pattern):
+        c = pattern[i]
+        quantifier = _QUANTIFIER.match(pattern, i)
+        if quantifier is not None and out and out[-1] not in ("(", "(?:", "|"):
+            out.append(quantifier.group())
+            i = quantifier.end()
+            continue
+        if c == "^" or c == "$":
+            out.append(r"\A" if c == "^" else r"\Z")  # text start/end: no multi-line mode
+        elif c == "\\" and pattern[i + 1 : i + 2] in _ESCAPED:
+            out.append(pattern[i : i + 2])
+            i += 1
+        elif c == "[":
+            end = _class_end(pattern, i)
+            if end is None:
+                return None
+            out.append(pattern[i:end])
+            i = end - 1
+        elif c == "(":
+            group = "(?:" if pattern.startswith("(?:", i) else "("
+            if pattern.startswith("(?", i) and group == "(":
+                return None  # flags, names, look-around
+            out.append("(?:")  # capturing or not, the same match
+            i += len(group) - 1
+            depth += 1
+        elif c == ")" and depth > 0:
+            out.append(c)
+            depth -= 1
+        elif c == "|" or c in _LITERAL:
+            out.append(c)
+        else:
+            return None  # ".", "\d", "{" not a quantifier, non-ASCII...
+        i += 1
+    return "".join(out) if depth == 0 else None
+
+
+# -- the schema walk ---------------------------------------------------------------------------
+
+
+# The forms of ``ts`` reproduced (besides the schema's pattern): any number of fraction digits
 # (truncated to microseconds), t/T, z/Z, offsets up to +-23:59 (-00:00 is UTC). The
 # fixed-width part is read by position; its digits are ASCII ([0-9], not \d).
-_TS = re.compile(
+_TS_FORM = (
     r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}"
-    r"(?:\.([0-9]+))?([Zz]|[+-][0-9]{2}:[0-9]{2})"
-).fullmatch
+    r"(?:\.([0-9]+))?([Zz]|[+-][0-9]{2}:[0-9]{2})\Z"
+)
+
+
+class _Underivable(Exception):
+    """A schema node the fast path cannot reproduce: its field declines."""
+
+
+_MODEL_CONFIG = frozenset(
+    {"title", "strict", "allow_inf_nan", "extra_fields_behavior", "validate_by_name"}
+)
+
+
+def _only(schema: Any, allowed: Iterable[str], where: str) -> None:
+    """Refuse a node with any key the walk does not know (an option changing the value)."""
+    extra = set(schema) - {"type", "metadata", "ref", *allowed}
+    if extra:
+        raise _Underivable(f"{where}: {schema['type']} with {sorted(extra)}")
+
+
+def _meta(schema: Any, keys: Iterable[str], where: str) -> dict[str, Any]:
+    meta = {k: schema[k] for k in keys if k in schema}
+    if "pattern" in meta:
+        pattern = _python_pattern(meta["pattern"])
+        if pattern is None:
+            raise _Underivable(f"{where}: pattern {meta['pattern']!r}")
+        meta["pattern"] = pattern
+    return meta
+
+
+def _annotated(kind: Any, meta: dict[str, Any]) -> Any:
+    return Annotated[kind, Meta(**meta)] if meta else kind
+
+
+def _to_us(moment: datetime) -> int:
+    return (moment - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
+
+
+class _Builder:
+    """Walks pydantic-core schemas into msgspec types and the Python checks they need."""
+
+    def __init__(self) -> None:
+        self.declined: list[str] = []
+        self.ts_patterns: set[str] = set()
+        self.ts_range: tuple[int, int] | None = None
+        self._models: dict[type, tuple[Any, Any, _Node | None]] = {}
+
+    def value(self, schema: Any, where: str) -> tuple[Any, _Node | None]:
+        """The msgspec type of a value and its Python check (``None``: msgspec does all)."""
+        kind = schema["type"]
+        if kind == "str":
+            _only(schema, ("strict", "min_length", "max_length", "pattern"), where)
+            return _annotated(
+                str, _meta(schema, ("min_length", "max_length", "pattern"), where)
+            ), None
+        if kind == "int":
+            _only(schema, ("strict", "ge", "gt", "le", "lt", "multiple_of"), where)
+            return _annotated(
+                int, _meta(schema, ("ge", "gt", "le", "lt", "multiple_of"), where)
+            ), None
+        if kind == "float":
+            _only(schema, ("strict", "ge", "gt", "le", "lt", "allow_inf_nan"), where)
+            return _annotated(float, self._float_bounds(schema)), None
+        if kind == "bool":
+            _only(schema, ("strict",), where)
+            return bool, None
+        if kind == "literal":
+            _only(schema, ("expected",), where)
+            expected = schema["expected"]
+            if not expected or not all(type(v) is str for v in expected):
+                raise _Underivable(f"{where}: literal {expected!r}")
+            return Literal[tuple(expected)], None
+        if kind == "list":
+            _only(schema, ("strict", "items_schema", "min_length", "max_length"), where)
+            if "items_schema" not in schema:
+                raise _Underivable(f"{where}: list of any")
+            item, check = self.value(schema["items_schema"], f"{where}[]")
+            meta = _meta(schema, ("min_length", "max_length"), where)
+            if isinstance(check, _Plan):
+                check = _compile(check)
+            return _annotated(list[item], meta), None if check is None else _all_items(check)  # type: ignore[valid-type]
+        if kind == "dict":
+            _only(schema, ("strict", "keys_schema", "values_schema"), where)
+            if schema.get("keys_schema", {"type": "str"}) != {"type": "str"} or schema.get(
+                "values_schema", {"type": "any"}
+            ) != {"type": "any"}:
+                raise _Underivable(f"{where}: dict of constrained keys or values")
+            return dict[str, Any], _storable  # never looser than JsonObject's rule
+        if kind == "model":
+            return self.model(schema, where)
+        if kind == "function-after":
+            return self._after(schema, where)
+        if kind == "chain":
+            return self._cost(schema, where), None
+        raise _Underivable(f"{where}: {kind} schema")
+
+    def _float_bounds(self, schema: Any) -> dict[str, Any]:
+        """The bounds, within +-(2^53-1): a JSON integer beyond becomes a float by rounding,
+        which is not worth trusting here."""
+        meta: dict[str, Any] = {}
+        for strict, loose, clamp, tighter in (
+            ("gt", "ge", -MAX_SAFE_INTEGER, max),
+            ("lt", "le", MAX_SAFE_INTEGER, min),
+        ):
+            if strict in schema and loose in schema:
+                raise _Underivable(f"float with both {strict} and {loose}")
+            if strict in schema and tighter(schema[strict], clamp) == schema[strict]:
+                meta[strict] = schema[strict]
+            else:
+                meta[loose] = tighter(schema.get(loose, clamp), clamp)
+        return meta
+
+    def _after(self, schema: Any, where: str) -> tuple[Any, _Node | None]:
+        """An after-validator: a model rule, ``JsonObject`` or ``Utf8MaxBytes``."""
+        _only(schema, ("function", "schema"), where)
+        function = schema["function"].get("function")
+        inner = schema["schema"]
+        if inner["type"] == "model" and function in _RULES:
+            kind, check = self.model(inner, where)
+            rule = _RULES[function]
+            return kind, _Plan((), (rule,)) if check is None else check._replace(
+                rules=(*check.rules, rule)
+            )
+        if function is _JSON_OBJECT_CHECK and inner["type"] == "dict":
+            return self.value(inner, where)  # _storable is JsonObject's rule, depth-bounded
+        code = getattr(function, "__code__", None)
+        if code is not None and code is _UTF8_CHECK_CODE and inner["type"] == "str":
+            names = code.co_freevars
+            limit = function.__closure__[names.index("limit")].cell_contents
+            kind, _ = self.value(inner, where)
+            return kind, _utf8_within(limit)
+        raise _Underivable(f"{where}: validator {getattr(function, '__qualname__', function)}")
+
+    def _cost(self, schema: Any, where: str) -> Any:
+        """``Cost``: a JSON string the union's pattern and the decimal's bounds accept, written
+        as ``format(Decimal(s), "f")`` gives it back (a JSON number declines)."""
+        _only(schema, ("steps", "serialization"), where)
+        steps = schema["steps"]
+        if len(steps) != 2 or steps[0]["type"] != "union" or steps[1]["type"] != "decimal":
+            raise _Underivable(f"{where}: chain of {[s['type'] for s in steps]}")
+        union, bounds = steps
+        _only(union, ("choices", "mode", "custom_error_type", "custom_error_message"), where)
+        _only(bounds, ("ge", "lt", "decimal_places", "allow_inf_nan", "strict"), where)
+        text = None
+        for choice in union["choices"]:  # nothing before the str branch takes a JSON string
+            if choice["type"] == "str":
+                text = choice
+                break
+            if choice["type"] not in ("int", "float", "is-instance") or (
+                choice["type"] != "is-instance" and choice.get("strict") is not True
+            ):
+                break
+        if union.get("mode") != "left_to_right" or text is None or bounds.get("ge", 0) > 0:
+            raise _Underivable(f"{where}: cost union {union.get('mode')}")
+        _only(text, ("pattern", "strict"), where)
+        lt, places = bounds.get("lt"), bounds.get("decimal_places")
+        digits = None if lt is None else len(str(int(lt))) - 1  # lt must be 10^digits
+        if digits is not None and (digits < 1 or lt != Decimal(10) ** digits):
+            raise _Underivable(f"{where}: cost below {lt}")
+        whole = "[1-9][0-9]*" if digits is None else f"[1-9][0-9]{{0,{digits - 1}}}"
+        fraction = "" if places == 0 else "[0-9]+" if places is None else f"[0-9]{{1,{places}}}"
+        own = _meta(text, ("pattern",), where).get("pattern", "")
+        pattern = rf"\A(?={own})(?:0|{whole})" + (rf"(?:\.{fraction})?\Z" if fraction else r"\Z")
+        serialize = schema.get("serialization", {})
+        samples = ["0", "7", "9" * (digits or 3)]
+        samples += ["0.0", "10.50", "9.0" + "9" * ((places or 3) - 2)] if fraction else []
+        try:
+            same = all(serialize["function"](Decimal(s)) == s for s in samples)
+        except Exception:  # a serializer not reproduced: decline
+            same = False
+        if not same or set(serialize) != {"type", "function", "when_used"}:
+            raise _Underivable(f"{where}: cost serializer")
+        return Annotated[str, Meta(pattern=pattern)]
+
+    def _timestamp(self, schema: Any, where: str) -> Any:
+        """``Timestamp`` (the envelope's ``ts``): the pattern's text, read by ``_ts_us``."""
+        _only(schema, ("json_schema", "python_schema", "serialization"), where)
+        chain = schema["json_schema"]
+        steps = chain.get("steps", [])
+        if chain["type"] != "chain" or [s["type"] for s in steps] != ["str", "datetime"]:
+            raise _Underivable(f"{where}: timestamp schema")
+        moment = steps[1]
+        _only(moment, ("ge", "lt", "tz_constraint", "microseconds_precision", "strict"), where)
+        if (
+            moment.get("tz_constraint") != "aware"
+            or moment.get("microseconds_precision", "truncate") != "truncate"
+            or "ge" not in moment
+            or "lt" not in moment
+        ):
+            raise _Underivable(f"{where}: datetime options")
+        lo, hi = _to_us(moment["ge"]), _to_us(moment["lt"])
+        if self.ts_range is not None:  # one range for every type: the narrowest
+            lo, hi = max(lo, self.ts_range[0]), min(hi, self.ts_range[1])
+        self.ts_range = (lo, hi)
+        _only(steps[0], ("strict", "pattern"), where)  # the pattern is read with _TS_FORM
+        self.ts_patterns.add(_meta(steps[0], ("pattern",), where).get("pattern", ""))
+        return str
+
+    def model(self, schema: Any, where: str, tag: bool = False) -> tuple[Any, _Node | None]:
+        """A struct of the model's fields in its order, its aliases as keys, optional fields
+        ``UNSET`` when absent; with ``tag``, the event's ``type`` literal is its tag."""
+        cls = schema["cls"]
+        cached = self._models.get(cls)
+        if cached is not None and cached[0] == schema and not tag:
+            return cached[1], cached[2]
+        _only(schema, ("cls", "config", "custom_init", "root_model", "schema"), where)
+        config = schema.get("config", {})
+        _only({"type": "config", **config}, _MODEL_CONFIG | {"validate_by_alias"}, where)
+        fields_schema = schema["schema"]
+        _only(fields_schema, ("fields", "model_name", "computed_fields"), where)
+        if (
+            schema.get("custom_init")
+            or schema.get("root_model")
+            or fields_schema.get("computed_fields")
+        ) or config.get("validate_by_alias", True) is not True:
+            raise _Underivable(f"{where}: model options")
+        fields: list[tuple[Any, ...]] = []
+        renames: dict[str, str] = {}
+        checks: list[tuple[str, Check]] = []
+        tag_value = None
+        for name, field in fields_schema["fields"].items():
+            at = f"{where}.{name}"
+            _only(field, ("schema", "validation_alias", "serialization_alias", "frozen"), at)
+            key = field.get("validation_alias", name)
+            if not name.isidentifier():
+                raise _Underivable(f"{at}: field name")
+            if not isinstance(key, str) or field.get("serialization_alias", name) != key:
+                raise _Underivable(f"{at}: alias {key!r}")
+            inner = field["schema"]
+            if tag and name == "type":
+                expected = inner.get("expected", [])
+                if inner["type"] != "literal" or len(expected) != 1 or type(expected[0]) is not str:
+                    raise _Underivable(f"{at}: not one literal")
+                tag_value = expected[0]
+                continue
+            optional = inner["type"] == "default"
+            if optional:
+                _only(inner, ("schema", "default"), at)
+                if inner["default"] is not None:
+                    raise _Underivable(f"{at}: default {inner['default']!r}")
+                inner = inner["schema"]
+            if inner["type"] == "nullable":  # a null declines: absent stays absent
+                _only(inner, ("schema", "strict"), at)
+                inner = inner["schema"]
+            try:
+                if tag and name == "ts":
+                    kind, check = self._timestamp(inner, at), None
+                else:
+                    kind, check = self.value(inner, at)
+            except _Underivable as why:
+                if not optional:
+                    raise
+                self.declined.append(f"{why} (declined when present)")
+                kind, check = UnsetType, None
+            fields.append((name, kind | UnsetType, UNSET) if optional else (name, kind))
+            if key != name:
+                renames[name] = key
+            if check is not None:
+                checks.append((name, check))
+        struct = msgspec.defstruct(
+            f"_{fields_schema.get('model_name', cls.__name__)}",
+            fields,
+            kw_only=True,
+            forbid_unknown_fields=True,
+            rename=renames,
+            tag_field="type" if tag else None,
+            tag=tag_value if tag else None,
+        )
+        if tag and tag_value is None:
+            raise _Underivable(f"{where}: no type")
+        check = _Plan(tuple(checks), ()) if checks else None
+        if not tag:
+            self._models[cls] = (schema, struct, check)
+        return struct, check
+
+
+class Tables(NamedTuple):
+    """What the fast path runs on, all made from the event classes' schemas."""
+
+    accept: Callable[[bytes], FastEvent | None]
+    """A value as a ``FastEvent``, or ``None`` to decline (the caller checks type and size)."""
+    models: dict[type, type[BaseModel]]
+    """Each event struct and the class it was made from."""
+    ts_range: tuple[int, int]
+    """Accepted ``ts`` in microseconds since the epoch: [first, end)."""
+    declined: tuple[str, ...]
+    """What the schema holds that the fast path does not reproduce, so declines."""
+
+
+def build_tables(classes: Iterable[type[EventBase]] = KNOWN_EVENT_CLASSES) -> Tables:
+    """The fast path's structs and checks, made from the pydantic-core schema of ``classes``.
+
+    >>> build_tables().declined
+    ()
+    """
+    builder = _Builder()
+    checks: dict[type, Check] = {}
+    types: dict[type, str] = {}
+    models: dict[type, type[BaseModel]] = {}
+    for cls in classes:
+        try:
+            struct, plan = builder.model(cls.__pydantic_core_schema__, cls.__name__, tag=True)  # type: ignore[arg-type]
+        except _Underivable as why:
+            builder.declined.append(f"{why} (every {cls.__name__} declined)")
+            continue
+        except Exception as exc:  # a schema shape never seen: decline it
+            builder.declined.append(f"{cls.__name__}: {exc!r} (every {cls.__name__} declined)")
+            continue
+        types[struct] = struct.__struct_config__.tag  # type: ignore[assignment]
+        models[struct] = cls
+        if isinstance(plan, _Plan):
+            checks[struct] = _compile(plan)
+    ts_range = builder.ts_range or (0, 0)
+    if not types or builder.ts_range is None:
+        return Tables(lambda raw: None, models, ts_range, tuple(builder.declined))
+    decode = msgspec.json.Decoder(Union[tuple(types)]).decode  # type: ignore[misc]  # noqa: UP007
+    ts_match = re.compile("".join(f"(?={p})" for p in sorted(builder.ts_patterns)) + _TS_FORM)
+    accept = _acceptor(decode, checks, types, ts_match.match, ts_range)
+    return Tables(accept, models, ts_range, tuple(builder.declined))
+
+
+_encode = msgspec.json.Encoder().encode
+_to_builtins = msgspec.to_builtins
+
+
+# -- ts: RFC 3339 as pydantic (speedate) reads it ---------------------------------------------
+
 _EPOCH_ORDINAL = date(1970, 1, 1).toordinal()
-_TS_MAX_US = (TS_MAX.date().toordinal() - _EPOCH_ORDINAL) * 86_400_000_000
-assert TS_MIN.date().toordinal() == _EPOCH_ORDINAL and TS_MAX.time().isoformat() == "00:00:00"
 _FRACTION_SCALE = (0, 100_000, 10_000, 1_000, 100, 10, 1)
 _minute_us: dict[str, int] = {}  # "YYYY-MM-DDTHH:MM" -> its microseconds (before the offset)
 _offset_us: dict[str, int] = {}  # "Z", "+01:00"... -> the offset in microseconds
@@ -609,9 +644,10 @@ def _offset_of(zone: str) -> int | None:
     return offset if zone[0] == "+" else -offset
 
 
-def _ts_us(ts: str) -> int | None:
-    """``to_us`` of the datetime pydantic makes of ``ts``; ``None`` (decline) if in doubt."""
-    m = _TS(ts)
+def _ts_us(ts: str, match: Callable[[str], re.Match[str] | None]) -> int | None:
+    """``to_us`` of the datetime pydantic makes of ``ts`` (``match``: its form and the
+    schema's pattern); ``None`` (decline) if in doubt."""
+    m = match(ts)
     if m is None:
         return None
     prefix = ts[:16]
@@ -638,13 +674,13 @@ def _ts_us(ts: str) -> int | None:
     us = base + second * 1_000_000 - offset
     if frac:  # truncated to microseconds, as pydantic does
         us += int(frac) * _FRACTION_SCALE[len(frac)] if len(frac) <= 6 else int(frac[:6])
-    return us if 0 <= us < _TS_MAX_US else None
+    return us
 
 
-def _no_duplicates(raw: bytes, ev: _Env) -> bool:
+def _no_duplicates(raw: bytes, ev: Any) -> bool:
     """Whether ``raw`` has no duplicate key anywhere (pydantic and msgspec keep the last one).
 
-    Every key of ``raw`` is a field of the mirrors or a key of a free-form object (unknown
+    Every key of ``raw`` is a field of the structs or a key of a free-form object (unknown
     keys decline), so re-encoding ``ev`` writes every key once. Outside strings a colon
     only follows a key; inside strings each literal colon decodes to one colon, which is
     re-encoded literally (the caller declines ``\\u003a`` escapes). So both texts hold the
@@ -653,7 +689,7 @@ def _no_duplicates(raw: bytes, ev: _Env) -> bool:
     return raw.count(b":") == _encode(ev).count(b":")
 
 
-def _envelope(ev: _Env) -> dict[str, Any]:
+def _envelope(ev: Any) -> dict[str, Any]:
     """``envelope_values``: its keys in its order, absent values left out."""
     env: dict[str, Any] = {}
     if ev.tenant_id is not UNSET:
@@ -666,18 +702,15 @@ def _envelope(ev: _Env) -> dict[str, Any]:
         env["session_id"] = ev.session_id
     agent = ev.agent
     if agent is not UNSET:
-        assert isinstance(agent, _AgentRef)
         env["agent_id"] = agent.id
         if agent.definition_revision is not UNSET:
             env["agent_definition_revision"] = agent.definition_revision
     model = ev.model
     if model is not UNSET:
-        assert isinstance(model, _ModelRef)
         env["provider"] = model.provider
         env["model"] = model.model
     parent = ev.parent
     if parent is not UNSET:
-        assert isinstance(parent, _ParentRef)
         env["parent_run_id"] = parent.run_id
         env["delegation_id"] = parent.delegation_id
         if parent.child_id is not UNSET:
@@ -687,30 +720,43 @@ def _envelope(ev: _Env) -> dict[str, Any]:
     return env
 
 
-def _fast_one(raw: bytes) -> FastEvent | None:
-    """The value as a ``FastEvent``, or ``None`` to decline (caller checked type and size)."""
-    if b"\\u003" in raw:  # an escaped ':' would break the duplicate-key count
-        return None
-    try:
-        ev = _decode(raw)
-        data = ev.data  # type: ignore[attr-defined]
-        check = _CHECKS.get(type(data))
-        if check is not None and not check(data):
+def _acceptor(
+    decode: Callable[[bytes], Any],
+    checks: dict[type, Check],
+    types: dict[type, str],
+    ts_match: Callable[[str], re.Match[str] | None],
+    ts_range: tuple[int, int],
+) -> Callable[[bytes], FastEvent | None]:
+    """``Tables.accept`` over these tables (bound once, read as closure cells per value)."""
+    first, end = ts_range
+
+    def accept(raw: bytes) -> FastEvent | None:
+        if b"\\u003" in raw:  # an escaped ':' would break the duplicate-key count
             return None
-        ts_us = _ts_us(ev.ts)
-        if ts_us is None or not _no_duplicates(raw, ev):
+        try:
+            ev = decode(raw)
+            check = checks.get(type(ev))
+            if check is not None and not check(ev):
+                return None
+            ts_us = _ts_us(ev.ts, ts_match)
+            if ts_us is None or not first <= ts_us < end or not _no_duplicates(raw, ev):
+                return None
+            return FastEvent(
+                ev.event_id,
+                ev.run_id,
+                ev.seq,
+                types[type(ev)],
+                ts_us,
+                _to_builtins(ev.data),
+                _envelope(ev),
+            )
+        except Exception:  # any refusal (or surprise) declines
             return None
-        return FastEvent(
-            ev.event_id,
-            ev.run_id,
-            ev.seq,
-            _TYPE_OF[type(ev)],
-            ts_us,
-            _to_builtins(data),
-            _envelope(ev),
-        )
-    except Exception:  # any refusal (or surprise) declines
-        return None
+
+    return accept
+
+
+TABLES = build_tables()
 
 
 def parse_fast_batch(
@@ -729,14 +775,12 @@ def parse_fast_batch(
     append = out.append
     declined: list[int] = []
     declined_values: list[Any] = []
-    fast = not DRIFT
+    accept = TABLES.accept
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
         for raw in values:
-            result = (
-                _fast_one(raw) if fast and type(raw) is bytes and len(raw) <= max_bytes else None
-            )
+            result = accept(raw) if type(raw) is bytes and len(raw) <= max_bytes else None
             if result is None:
                 declined.append(len(out))
                 declined_values.append(raw)

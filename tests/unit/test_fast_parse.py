@@ -43,7 +43,7 @@ from prism.schemas import (
     parse_batch,
     parse_fast_batch,
 )
-from prism.schemas._fast import DRIFT, MIRRORS
+from prism.schemas._fast import TABLES, build_tables
 
 FLEET_RUNS = 2000
 CORE_NOW = 1_800_000_000.0
@@ -279,13 +279,12 @@ def test_seeds_are_valid_and_cover_every_type() -> None:
         assert check(enc(seed)) is not None, seed
 
 
-def test_mirrors_match_the_pydantic_models() -> None:
-    assert DRIFT == []
-    for struct, model in MIRRORS:
-        if not issubclass(struct, _fast._Env):  # payloads: same keys in the same order
-            assert [k for k, _ in _fast._struct_names(struct)] == [
-                k for k, _ in _fast._wire_names(model)
-            ]
+def test_every_event_class_is_derived_whole() -> None:
+    """Nothing of the contract is beyond the derivation (else its values would all decline)."""
+    assert TABLES.declined == ()
+    assert sorted(m.__name__ for m in TABLES.models.values()) == sorted(
+        c.__name__ for c in KNOWN_EVENT_CLASSES
+    )
 
 
 # -- 1. simulated fleets ---------------------------------------------------------------------
@@ -353,7 +352,7 @@ def test_the_core_outputs_the_same_from_either_path(
     the core got FastEvents or pydantic events (the parser forced to ``parse_batch``)."""
     values = chaos_fleet if chaos else plain_fleet
     fast, fast_kinds = _core_outputs(values)
-    monkeypatch.setattr(_fast, "DRIFT", ["forced off"])  # every value declines
+    monkeypatch.setattr(_fast, "TABLES", build_tables(()))  # every value declines
     slow, slow_kinds = _core_outputs(values)
     assert fast_kinds["FastEvent"] > 0.9 * len(values) and slow_kinds["FastEvent"] == 0
     assert sum(len(o.ledger.usage) for o in fast) > 0
@@ -409,6 +408,23 @@ def _flatten(annotation: Any) -> list[Any]:
     return [annotation]
 
 
+def all_models() -> set[type[BaseModel]]:
+    """Every contract model an event class reaches through its fields."""
+    found: set[type[BaseModel]] = set()
+    todo: list[Any] = list(KNOWN_EVENT_CLASSES)
+    while todo:
+        model = todo.pop()
+        if model in found:
+            continue
+        found.add(model)
+        for info in model.model_fields.values():
+            for a in _flatten(info.annotation):
+                for inner in [a, *typing.get_args(a)]:
+                    if isinstance(inner, type) and issubclass(inner, BaseModel):
+                        todo.append(inner)
+    return found
+
+
 def renamed_fields(model: type[BaseModel]) -> list[tuple[str, str]]:
     """(wire key, python name) of the model's fields whose python name is not their key."""
     out = []
@@ -441,7 +457,7 @@ def test_snake_case_names_decline_at_every_level() -> None:
                     assert check(value) is None, (path, name)
     wanted = {
         (model.__name__, name)
-        for _, model in MIRRORS
+        for model in all_models()
         for _, name in renamed_fields(model)
         if name != "type"
     }
