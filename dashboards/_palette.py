@@ -17,9 +17,11 @@ from grafana_foundation_sdk.models import dashboard as dashboard_models
 __all__ = [
     "OKABE_ITO",
     "OTHER_COLOR",
+    "OTHER_SERIES",
     "RUN_STATUSES",
     "STATUS_COLORS",
     "color_by_name",
+    "fixed_color",
     "status_columns",
 ]
 
@@ -47,8 +49,10 @@ STATUS_COLORS: dict[str, str] = {
 }
 RUN_STATUSES: tuple[str, ...] = tuple(STATUS_COLORS)
 
-# The series that folds everything past a chart's top N ("other"): a neutral grey.
+# The series that folds everything past a chart's top N ("other"): a neutral grey, matched
+# by a regular expression, since Grafana shows a long-format series as '<value> <label>'.
 OTHER_COLOR = "#8C8C8C"
+OTHER_SERIES = r"^(\w+ )?other$"
 
 
 def status_columns(column: str = "status") -> str:
@@ -60,14 +64,14 @@ def status_columns(column: str = "status") -> str:
     return ", ".join(f"countIf({column} = '{s}') AS {s}" for s in RUN_STATUSES)
 
 
+def fixed_color(color: str) -> dashboard_models.DynamicConfigValue:
+    """The field-config property that paints a series in ``color``."""
+    return dashboard_models.DynamicConfigValue(
+        id_val="color", value={"mode": "fixed", "fixedColor": color}
+    )
+
+
 def color_by_name(panel: Any, colors: Mapping[str, str]) -> None:
     """Give each series of ``panel`` (a panel builder) named in ``colors`` its fixed colour."""
     for name, color in colors.items():
-        panel.override_by_name(
-            name,
-            [
-                dashboard_models.DynamicConfigValue(
-                    id_val="color", value={"mode": "fixed", "fixedColor": color}
-                )
-            ],
-        )
+        panel.override_by_name(name, [fixed_color(color)])

@@ -24,7 +24,7 @@ from prism.dashboards._clickhouse_query import (
     datasource_ref,
 )
 from prism.dashboards._errors import DashboardError
-from prism.dashboards._palette import OTHER_COLOR, color_by_name
+from prism.dashboards._palette import OTHER_COLOR, OTHER_SERIES, color_by_name, fixed_color
 from prism.sinks import VIEWS  # the ledger names users query
 
 __all__ = [
@@ -294,8 +294,10 @@ def timeseries_panel(
     _common(panel, title, description, unit, w, h)
     for target in targets:
         panel.with_target(target.format(QueryFormat.TIME_SERIES))
-    folded = any("'other'" in str(t.build().raw_sql) for t in targets)
-    color_by_name(panel, {**(colors or {}), **({"other": OTHER_COLOR} if folded else {})})
+    color_by_name(panel, colors or {})
+    if any("'other'" in str(t.build().raw_sql) for t in targets):
+        # Grafana names a long-format series '<value column> <label>', e.g. 'tokens other'
+        panel.override_by_regexp(OTHER_SERIES, [fixed_color(OTHER_COLOR)])
     if repeat:
         _repeat(panel, repeat)
     panel.legend(

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from prism.dashboards import DASHBOARDS, dashboard_json, lint_dashboard
-from prism.dashboards._palette import OKABE_ITO, RUN_STATUSES, STATUS_COLORS
+from prism.dashboards._palette import OKABE_ITO, OTHER_COLOR, RUN_STATUSES, STATUS_COLORS
 
 BUILT = {b.__name__: dashboard_json(b(None)) for b in DASHBOARDS}
 CONTRACT = Path(__file__).resolve().parents[2] / "schemas" / "CONTRACT.md"
@@ -181,5 +181,14 @@ def test_stacks_of_tenants_models_tools_and_agents_fold_past_the_top_eight() -> 
         panel = _panel(dash, title)
         sql = panel["targets"][0]["rawSql"]
         assert "if(place <= 8, series, 'other')" in sql, title
-        overrides = {o["matcher"]["options"] for o in panel["fieldConfig"]["overrides"]}
-        assert "other" in overrides, title
+        grey = [
+            o["matcher"]
+            for o in panel["fieldConfig"]["overrides"]
+            if o["properties"]
+            == [{"id": "color", "value": {"mode": "fixed", "fixedColor": OTHER_COLOR}}]
+        ]
+        # Grafana names the series '<value column> other'
+        assert [m["id"] for m in grey] == ["byRegexp"], title
+        pattern = re.compile(grey[0]["options"])
+        assert pattern.match("tokens other") and pattern.match("other"), title
+        assert not pattern.match("acme / brother"), title
