@@ -1,4 +1,5 @@
-# The two commands of the README are `make demo` and `make test`; CI calls `make test`.
+# The two commands of the README are `make demo` and `make test`; CI calls `make test`,
+# which runs `make lint` (ruff, ruff format --check, mypy) before it starts the test broker.
 # Everything installs from scratch: the venv, the Python packages, the Kafka jars.
 #
 # Variables (all optional):
@@ -73,7 +74,8 @@ kafka-down: venv  ## stop the demo broker
 demo: venv jars  ## run the whole job into the default ledger, check it, write the HTML report (broker port: PRISM_KAFKA_PORT, default 9092 or a free one)
 	@$(BIN)/python -m prism.devstack.demo $(if $(PRISM_KAFKA_PORT),--kafka-port $(PRISM_KAFKA_PORT)) --kafka-state-dir $(DEMO_KAFKA_DIR)
 
-test: venv jars browser  ## set up, start a test broker on a free port, run unit + integration tests
+# Lint first: a lint failure costs seconds, not a broker start and the whole suite.
+test: venv lint jars browser  ## set up, lint, start a test broker on a free port, run unit + integration tests
 	@rm -rf $(TEST_KAFKA_DIR); \
 	port=$$($(BIN)/python -c 'from prism.devstack import free_port; print(free_port())'); \
 	$(BIN)/prism-pipeline devstack kafka up --port $$port --state-dir $(TEST_KAFKA_DIR) || exit 1; \

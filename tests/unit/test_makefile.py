@@ -52,3 +52,16 @@ def test_help_names_the_real_variables() -> None:
     assert out.returncode == 0, out.stderr
     assert "PRISM_KAFKA_PORT" in out.stdout and "PYTHON=" in out.stdout
     assert "$(" not in out.stdout
+
+
+def test_make_test_lints_before_it_starts_the_broker() -> None:
+    """CI calls `make test`; a lint failure must stop it before the broker and the suite."""
+    out = _make("-n", "test", path=os.environ["PATH"])
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+
+    def first(text: str) -> int:
+        return next(i for i, line in enumerate(lines) if text in line)
+
+    checks = [first("ruff check ."), first("ruff format --check ."), first("/mypy")]
+    assert max(checks) < first("devstack kafka up") < first("/pytest")
