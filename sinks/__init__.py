@@ -31,6 +31,7 @@ from prism.sinks._billing import (
     billing_report,
     billing_sql,
     billing_totals,
+    refresh_billing_rollup,
 )
 from prism.sinks._client import DsnTarget, SecretDsn, connect, parse_dsn, redact_dsn
 from prism.sinks._errors import (
@@ -110,6 +111,7 @@ __all__ = [
     "read_only_query",
     "read_price_file",
     "redact_dsn",
+    "refresh_billing_rollup",
     "render_migrations",
     "run_timeline",
     "sql_string",

@@ -6,6 +6,9 @@ attempt) is left out; ``run_total`` rows never reach a total; retracted rows nev
 (CONTRACT.md rules 5, 6 and 10). A reported row that arrived without a cost is priced with
 the price book (``sinks._prices``) at its event time when the book covers it. Each line
 says who priced it: ``runtime``, ``price_book`` or ``unpriced``. sinks/BILLING.md has the SQL.
+
+Whole days of a month whose usage is unchanged since its rollup was refreshed are summed
+from that rollup (``sinks._rollup``: the same query's lines per day), the rest from rows.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from clickhouse_connect.driver.client import Client
 
 from prism.sinks._client import validate_identifier
 from prism.sinks._errors import LedgerConfigError, LedgerQueryError
+from prism.sinks._rollup import ROLLUP_DIMENSIONS, groupable, rollup_report
+from prism.sinks._rollup import refresh_billing_rollup as _refresh_rollup
 
 __all__ = [
     "BILLING_SQL",
@@ -31,6 +36,7 @@ __all__ = [
     "billing_sql",
     "billing_totals",
     "line_columns",
+    "refresh_billing_rollup",
     "to_utc",
 ]
 
@@ -313,8 +319,13 @@ def billing_report(
     tenant: str | None = None,
     *,
     group_by: Sequence[str] = DEFAULT_GROUP_BY,
+    rollup: bool = True,
 ) -> list[BillingLine]:
     """Billable usage recorded in ``[start, end)`` (UTC), grouped by ``group_by``.
+
+    ``rollup=False`` reads every row (``FINAL``), never the day rollup: the reference the
+    rollup is tested against. With it, a past month whose rollup is stale is refreshed when
+    the client may insert; the lines are the same either way.
 
     Example::
 
@@ -336,13 +347,46 @@ def billing_report(
     try:
         book = client.query(f"SELECT count() FROM {database}.prices_store").result_rows[0][0]
         sql = billing_sql(database, dims, tenant=tenant is not None, price_book=bool(book))
-        result = client.query(sql, parameters=params)
+        rows = None
+        if rollup and groupable(dims):
+            rows = rollup_report(
+                client,
+                database,
+                dims,
+                [DIMENSIONS[d][0] for d in dims],
+                (sql, params),
+                price_book=bool(book),
+                refresh_sql=_rollup_source(database),
+                refresh_before=datetime.now(UTC).date(),
+            )
+        if rows is None:
+            rows = list(client.query(sql, parameters=params).named_results())
     except Exception as exc:
         raise LedgerQueryError(
             f"billing query on {database!r} failed: {exc}; run `prism-pipeline migrate` if "
             "the ledger tables (usage_store, prices) are missing"
         ) from exc
-    return [BillingLine(group_by=dims, **row) for row in result.named_results()]
+    return [BillingLine(group_by=dims, **row) for row in rows]
+
+
+def refresh_billing_rollup(
+    client: Client, database: str, months: Iterable[str] | None = None
+) -> list[str]:
+    """Refresh the day rollup of ``months`` (``YYYYMM``, default all) that are stale.
+
+    Returns the months refreshed; a month written to while it was read is left stale.
+
+    Example::
+
+        refresh_billing_rollup(client, "prism", ["202501"])   # ["202501"], then []
+    """
+    validate_identifier(database)
+    return _refresh_rollup(client, database, _rollup_source(database), months)
+
+
+def _rollup_source(database: str) -> str:
+    """The query a rollup refresh runs: the report per day, tenant, account, provider, model."""
+    return billing_sql(database, ROLLUP_DIMENSIONS, price_book=False)
 
 
 def billing_totals(lines: Iterable[BillingLine]) -> list[BillingTotal]:

@@ -61,8 +61,8 @@ def test_every_cluster_statement_parses_and_keeps_on_cluster_and_replication() -
     tables = [p for p in ok if p.startswith("CREATE TABLE")]
     # schema_migrations, the eight storage tables of 0001, the four tables 0003 rebuilds,
     # the ingest state, the price book (0005), the four channel tables (0006) and the
-    # workers' progress (0007)
-    assert len(tables) == 16 + 4
+    # workers' progress (0007), billing's rollup lines and manifest (0008)
+    assert len(tables) == 16 + 4 + 2
     assert all(
         "ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}" in p for p in tables
     )

@@ -26,7 +26,12 @@ VERSIONED = {
     "channel_quarantine_store",
     "channel_watermark_store",
 }
-APPEND_ONLY = {"dead_letters_store", "worker_progress_store"}
+APPEND_ONLY = {
+    "dead_letters_store",
+    "worker_progress_store",
+    "billing_rollup_store",  # one refresh's lines, read by its manifest
+    "billing_rollup_manifest",
+}
 
 
 def _creates(statements: list[str]) -> dict[str, str]:
