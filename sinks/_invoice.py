@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import date
+from datetime import UTC, date, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -31,6 +31,7 @@ __all__ = [
     "Reconciliation",
     "invoice",
     "month_bounds",
+    "resolve_month",
 ]
 
 INVOICE_GROUP_BY = ("tenant", "month", "provider", "model")
@@ -93,6 +94,24 @@ def month_bounds(month: str) -> tuple[date, date]:
     year, mon = int(match[1]), int(match[2])
     first = date(year, mon, 1)
     return first, date(year + mon // 12, mon % 12 + 1, 1)
+
+
+def resolve_month(text: str, today: date | datetime | None = None) -> str:
+    """``YYYY-MM``, ``this`` or ``last`` (relative to ``today``, UTC) as ``YYYY-MM``."""
+    day = today or datetime.now(UTC)
+    word = text.strip().lower()
+    if word == "this":
+        return f"{day.year:04d}-{day.month:02d}"
+    if word == "last":
+        year, month = (day.year, day.month - 1) if day.month > 1 else (day.year - 1, 12)
+        return f"{year:04d}-{month:02d}"
+    try:
+        month_bounds(text)
+    except LedgerConfigError:
+        raise LedgerConfigError(
+            f"month {text!r} is not YYYY-MM (e.g. 2026-11), this or last"
+        ) from None
+    return text
 
 
 def invoice(client: Client, database: str, month: str, tenant: str | None = None) -> Invoice:

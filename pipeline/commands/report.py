@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-from datetime import UTC, date, datetime, time
 from pathlib import Path
 
-from prism.pipeline.commands.query import add_connection_args, connection
+from prism.pipeline.commands.billing import accept_spans_back, when
+from prism.pipeline.commands.query import ExamplesFormatter, add_connection_args, connection
 
 __all__ = ["register"]
 
@@ -21,7 +21,13 @@ def register(sub: argparse._SubParsersAction) -> None:
             "SVG charts, no script, nothing fetched from the network. Open it in any browser. "
             "The time range defaults to everything the ledger holds."
         ),
-        epilog="example: prism-pipeline report --from 2026-11-30 --to 2026-12-01 --tenant acme",
+        epilog=(
+            "examples:\n"
+            "  prism-pipeline report                    # everything, to .data/report.html\n"
+            "  prism-pipeline report --from -24h --out /tmp/day.html\n"
+            "  prism-pipeline report --from 2026-11-30 --to 2026-12-01 --tenant acme-corp"
+        ),
+        formatter_class=ExamplesFormatter,
     )
     p.add_argument(
         "--out",
@@ -31,11 +37,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="where to write the page; its directory must exist (default .data/report.html)",
     )
     p.add_argument(
-        "--from", dest="start", type=_when, help="start, YYYY-MM-DD or ISO time (default: data)"
+        "--from",
+        dest="start",
+        type=when,
+        help="start: YYYY-MM-DD, ISO time, now, today or -7d, -12h (default: data)",
     )
-    p.add_argument(
-        "--to", dest="end", type=_when, help="end, YYYY-MM-DD or ISO time (default: data)"
-    )
+    p.add_argument("--to", dest="end", type=when, help="end, as --from (default: data)")
+    accept_spans_back(p)
     p.add_argument(
         "--tenant",
         action="append",
@@ -45,18 +53,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_connection_args(p)
     p.set_defaults(func=_run)
-
-
-def _when(text: str) -> datetime:
-    try:
-        if len(text) == 10:
-            return datetime.combine(date.fromisoformat(text), time(), UTC)
-        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a date (YYYY-MM-DD) or ISO 8601 time (2026-11-30T12:00:00Z)"
-        ) from None
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value
 
 
 def _out_path(out: Path | None, default: Path) -> Path:

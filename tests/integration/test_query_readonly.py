@@ -259,6 +259,8 @@ def test_a_missing_ledger_database_is_named_and_not_created(
         ["query", "SELECT 1"],
         ["billing", "--from", "2026-11-01", "--to", "2026-12-01"],
         ["invoice", "--month", "2026-11"],
+        ["billing"],
+        ["invoice"],
         ["report", "--out", "x.html"],
     ):
         code = main([*argv, "--clickhouse", f"chdb://{chdb_path}", "--database", "t_missing"])

@@ -15,7 +15,9 @@ from prism.pipeline.cli import main
 
 READERS = [
     ["billing", "--from", "2026-11-30", "--to", "2026-12-01"],
+    ["billing"],
     ["invoice", "--month", "2026-11"],
+    ["invoice"],
     ["query", "SELECT count() FROM runs"],
     ["report", "--out", "page.html"],
 ]
