@@ -292,7 +292,7 @@ def rollup_report(
             refresh_before=refresh_before,
         )
     except Exception as exc:  # a ledger before migration 0008, an account that may not read it
-        log.debug("billing reads rows: no rollup (%s)", exc)
+        log.info("billing reads rows: no rollup (%s)", exc)
         return None
     if plan is None or not plan.refresh_ids:
         return None
@@ -376,21 +376,23 @@ def _joined(ranges: list[tuple[datetime, datetime]]) -> list[tuple[datetime, dat
 
 def _table(client: Client, database: str) -> _Table | None:
     """usage_store's uuid, engine and active parts, or None when it does not exist."""
-    found = client.query(
-        "SELECT toString(uuid), engine FROM system.tables "
-        "WHERE database = {db:String} AND name = 'usage_store'",
-        parameters={"db": database},
-    ).result_rows
-    if not found:
-        return None
     rows = client.query(
-        "SELECT partition_id, min_block_number, max_block_number, data_version "
+        "SELECT toString(uuid) AS u, engine AS e, '' AS p, toInt64(0) AS lo, toInt64(0) AS hi, "
+        "toUInt64(0) AS dv FROM system.tables "
+        "WHERE database = {db:String} AND name = 'usage_store' "
+        "UNION ALL "
+        "SELECT '', '', partition_id, toInt64(min_block_number), toInt64(max_block_number), "
+        "toUInt64(data_version) "
         "FROM system.parts WHERE database = {db:String} AND table = 'usage_store' AND active",
         parameters={"db": database},
     ).result_rows
+    found = [(uuid_, engine) for uuid_, engine, pid, *_ in rows if not pid]
+    if not found:
+        return None
     parts: dict[str, list[_Part]] = {}
-    for pid, lo, hi, dv in rows:
-        parts.setdefault(str(pid), []).append(_Part(int(lo), int(hi), int(dv)))
+    for _, _, pid, lo, hi, dv in rows:
+        if pid:
+            parts.setdefault(str(pid), []).append(_Part(int(lo), int(hi), int(dv)))
     return _Table(
         uuid=str(found[0][0]),
         replicated=str(found[0][1]).startswith("Replicated"),
