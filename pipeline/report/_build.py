@@ -45,10 +45,15 @@ class Report:
 
 
 def _padded(
-    low: datetime, high: datetime, start: datetime | None, end: datetime | None
+    low: datetime,
+    high: datetime,
+    start: datetime | None,
+    end: datetime | None,
+    least: timedelta = timedelta(minutes=1),
 ) -> tuple[datetime, datetime]:
-    """``[start, end]``, each side defaulting to the data's extent padded by a fiftieth."""
-    pad = max((high - low) / 50, timedelta(minutes=1))
+    """``[start, end]``, each side defaulting to the data's extent padded by a fiftieth
+    (at least ``least``)."""
+    pad = max((high - low) / 50, least)
     return start or low - pad, end or high + pad
 
 
@@ -89,7 +94,8 @@ def build_report(
     axes = {}
     for clock, (lo, hi) in spans.items():
         if lo <= end and hi >= start:  # the clock has data in the range: its own axis
-            a, b = _padded(max(lo, start), min(hi, end), None, None)
+            # a clock's data can span a few minutes (a replay): pad it by its own size
+            a, b = _padded(max(lo, start), min(hi, end), None, None, timedelta(seconds=1))
             a, b = max(a, start), min(b, end)
             step = pick_interval(a, b)
             axes[clock] = TimeRange(_floor(a, step), b, step)

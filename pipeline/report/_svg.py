@@ -23,7 +23,7 @@ PALETTE = (
     "#508642", "#cca300", "#447ebc", "#c15c17", "#890f02", "#0a437c", "#6d1f62", "#584477",
 )  # fmt: skip
 _PAD_L, _PAD_R, _PAD_T, _PAD_B = 64, 16, 12, 28
-_TIME_STEPS = [
+_TIME_STEPS = [timedelta(seconds=s) for s in (1, 5, 10, 15, 30)] + [
     timedelta(minutes=m) for m in (1, 2, 5, 10, 15, 30, 60, 120, 180, 360, 720, 1440, 2880, 10080)
 ]
 
@@ -105,7 +105,7 @@ def _x_axis(start: datetime, end: datetime, w: float, h: float) -> list[str]:
     step = next((s for s in _TIME_STEPS if span / s.total_seconds() <= 6), _TIME_STEPS[-1])
     sec = step.total_seconds()
     first = math.ceil(start.timestamp() / sec) * sec
-    fmt = "%H:%M" if span <= 2 * 86400 else "%m-%d %H:%M"
+    fmt = "%H:%M:%S" if sec < 60 else "%H:%M" if span <= 2 * 86400 else "%m-%d %H:%M"
     parts = []
     t = first
     while t <= end.timestamp():

@@ -175,3 +175,16 @@ def test_the_report_panels_cover_what_a_first_hour_asks() -> None:
     assert titles["Runs by status"].targets == tuple(
         t["rawSql"] for t in sre["Runs by status"]["targets"]
     )
+
+
+def test_an_axis_of_a_minute_or_two_has_ticks_in_seconds() -> None:
+    """A replay's receive times can span under two minutes: the axis still has several ticks."""
+    from prism.pipeline.report._data import Series
+
+    start = T0 + timedelta(seconds=7)
+    svg = timeseries_svg(
+        "t", [Series("a", [(start, 1.0)])], start, start + timedelta(seconds=95),
+        timedelta(seconds=5), "short",
+    )  # fmt: skip
+    labels = re.findall(r'text-anchor="middle">([\d:]+)</text>', svg)
+    assert len(labels) >= 3 and all(len(x) == 8 for x in labels), labels
