@@ -253,8 +253,8 @@ def test_cli_names_what_was_refused_and_why(
 
 
 def test_a_missing_ledger_database_is_named_and_not_created(
-    ch_client: Any, chdb_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+    ch_client: Any, chdb_path: Path, ledger: str, capsys: pytest.CaptureFixture[str]
+) -> None:  # the engine holds a ledger, but not in the database asked for
     for argv in (
         ["query", "SELECT 1"],
         ["billing", "--from", "2026-11-01", "--to", "2026-12-01"],
