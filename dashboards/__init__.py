@@ -43,6 +43,8 @@ from prism.dashboards._lint import (
     lint_alerting,
     lint_dashboard,
     lint_expanded_sql,
+    lint_money,
+    lint_readability,
     unsafe_interpolations,
 )
 from prism.dashboards._macros import (
@@ -56,7 +58,19 @@ from prism.dashboards._macros import (
     expand_query,
     replace_variables,
 )
-from prism.dashboards._panels import TENANT_FILTER, decoded, selected, tenant_filter
+from prism.dashboards._palette import OKABE_ITO, OTHER_COLOR, RUN_STATUSES, STATUS_COLORS
+from prism.dashboards._panels import (
+    CURRENCY,
+    EVENT_TIME,
+    RECEIVE_TIME,
+    TENANT_FILTER,
+    TOP_SERIES,
+    decoded,
+    selected,
+    tenant_filter,
+    time_axis,
+    top_series,
+)
 from prism.dashboards._pipeline import pipeline
 from prism.dashboards._provider import provider_health
 from prism.dashboards._provisioning import (
@@ -84,12 +98,20 @@ __all__ = [
     "ALERT_MACROS",
     "ALL",
     "CONTACT_POINT",
+    "CURRENCY",
     "DASHBOARDS",
     "DASHBOARD_PATH",
     "DATASOURCE_UID",
+    "EVENT_TIME",
+    "OKABE_ITO",
+    "OTHER_COLOR",
     "PLUGIN_ID",
+    "RECEIVE_TIME",
     "REPORT_UID",
+    "RUN_STATUSES",
+    "STATUS_COLORS",
     "TENANT_FILTER",
+    "TOP_SERIES",
     "WEBHOOK_URL_ENV",
     "AlertThresholds",
     "ChannelThresholds",
@@ -121,6 +143,8 @@ __all__ = [
     "lint_alerting",
     "lint_dashboard",
     "lint_expanded_sql",
+    "lint_money",
+    "lint_readability",
     "pipeline",
     "provider_file",
     "provider_health",
@@ -132,6 +156,8 @@ __all__ = [
     "selected",
     "sre_overview",
     "tenant_filter",
+    "time_axis",
     "tools",
+    "top_series",
     "unsafe_interpolations",
 ]

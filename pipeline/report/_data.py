@@ -15,8 +15,17 @@ from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from prism.dashboards import ALL, ReportPanel, TimeRange, Variable, expand_query, report_panels
-from prism.dashboards._panels import EVENT_TIME, RECEIVE_TIME, TOP_SERIES
+from prism.dashboards import (
+    ALL,
+    EVENT_TIME,
+    RECEIVE_TIME,
+    TOP_SERIES,
+    ReportPanel,
+    TimeRange,
+    Variable,
+    expand_query,
+    report_panels,
+)
 
 __all__ = [
     "EVENT_TIME",

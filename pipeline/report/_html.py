@@ -14,8 +14,7 @@ from decimal import Decimal
 from html import escape
 from typing import Any
 
-from prism.dashboards import TimeRange
-from prism.dashboards._palette import OTHER_COLOR
+from prism.dashboards import OTHER_COLOR, TimeRange
 
 from ._data import PanelResult, categories, fold_series, series_of, stat_value
 from ._svg import bars_svg, color, format_value, timeseries_svg

@@ -19,6 +19,7 @@ import pytest
 from prism.dashboards import (
     ALL,
     DASHBOARDS,
+    TOP_SERIES,
     TimeRange,
     Variable,
     alert_rules,
@@ -34,7 +35,6 @@ from prism.dashboards import (
     sre_overview,
     tools,
 )
-from prism.dashboards._panels import TOP_SERIES
 from prism.pipeline._store import LedgerStore
 from prism.pipeline.core import Output
 from prism.pipeline.ingest import ingest_lines

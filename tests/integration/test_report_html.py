@@ -19,9 +19,7 @@ from typing import Any
 
 import pytest
 
-from prism.dashboards import report_panels
-from prism.dashboards._palette import RUN_STATUSES, STATUS_COLORS
-from prism.dashboards._panels import TOP_SERIES
+from prism.dashboards import RUN_STATUSES, STATUS_COLORS, TOP_SERIES, report_panels
 from prism.pipeline._store import LedgerStore
 from prism.pipeline.cli import main
 from prism.pipeline.ingest import ingest_lines

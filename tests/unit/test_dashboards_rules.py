@@ -11,8 +11,15 @@ from typing import Any
 
 import pytest
 
-from prism.dashboards import DASHBOARDS, dashboard_json, lint_dashboard
-from prism.dashboards._palette import OKABE_ITO, OTHER_COLOR, RUN_STATUSES, STATUS_COLORS
+from prism.dashboards import (
+    DASHBOARDS,
+    OKABE_ITO,
+    OTHER_COLOR,
+    RUN_STATUSES,
+    STATUS_COLORS,
+    dashboard_json,
+    lint_dashboard,
+)
 
 BUILT = {b.__name__: dashboard_json(b(None)) for b in DASHBOARDS}
 CONTRACT = Path(__file__).resolve().parents[2] / "schemas" / "CONTRACT.md"

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from prism.dashboards._palette import OTHER_COLOR, RUN_STATUSES, STATUS_COLORS
+from prism.dashboards import OTHER_COLOR, RUN_STATUSES, STATUS_COLORS
 from prism.pipeline.report import build_report
 from prism.pipeline.report._data import PanelResult, Series
 
