@@ -19,6 +19,7 @@ from prism.sinks import (
     billing_report,
     billing_sql,
     migrate,
+    query,
     run_timeline,
 )
 from prism.sinks.testing import event_row, run_row, turn_row, usage_row
@@ -187,3 +188,38 @@ def test_run_timeline_orders_turns_and_events(ch_client: Any, ledger: str) -> No
     assert [e["seq"] for e in timeline["events"]] == [0, 1, 2, 3, 4, 5]
     missing = run_timeline(ch_client, ledger, "nope")
     assert missing == {"run": None, "turns": [], "usage": [], "events": []}
+
+
+def test_run_timeline_returns_the_views_rows(ch_client: Any, ledger: str) -> None:
+    """run_timeline reads the storage tables: the rows it returns are the views' rows."""
+    first = LedgerBatch(
+        runs=[run_row("r1", status="running", version=1)],
+        turns=[turn_row("r1", 1, seq=2), turn_row("r1", 2, seq=4)],
+        usage=[usage_row("u1", "r1", seq=3), usage_row("u2", "r1", seq=5, turn=2)],
+        events=[event_row(f"e{s}", "r1", s) for s in range(6)],
+    )
+    # a later terminal below seq 4: the second turn, its usage and events are retracted
+    later = LedgerBatch(
+        runs=[run_row("r1", status="failed", version=5)],
+        turns=[dataclasses.replace(turn_row("r1", 2, seq=4), version=5, retracted=True)],
+        usage=[usage_row("u2", "r1", seq=5, turn=2, version=5, retracted=True)],
+        events=[
+            dataclasses.replace(event_row(f"e{s}", "r1", s), version=5, retracted=True)
+            for s in (4, 5)
+        ],
+    )
+    _write(ch_client, ledger, first)
+    _write(ch_client, ledger, later, first=10)
+    timeline = run_timeline(ch_client, ledger, "r1")
+    views = {
+        "turns": "turns WHERE run_id = 'r1' ORDER BY turn, attempt, seq",
+        "usage": "usage WHERE run_id = 'r1' ORDER BY seq",
+        "events": "run_events WHERE run_id = 'r1' ORDER BY seq, event_id",
+    }
+    for key, view in views.items():
+        expected = query(ch_client, f"SELECT * FROM {ledger}.{view}").dicts()
+        assert timeline[key] == expected, key
+    assert [e["seq"] for e in timeline["events"]] == [0, 1, 2, 3]
+    assert [u["event_id"] for u in timeline["usage"]] == ["u1"]
+    runs = query(ch_client, f"SELECT * FROM {ledger}.runs WHERE run_id = 'r1'").dicts()
+    assert timeline["run"] == runs[0] and runs[0]["status"] == "failed"
