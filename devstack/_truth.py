@@ -328,15 +328,16 @@ def _alerts(rows: Rows, db: str, manifest: dict[str, Any]) -> list[Check]:
     checks = []
     firings = expected.get("run_limit_exhaustion")
     if isinstance(firings, list):
-        want = Counter((a["tenant_id"], a["key"]) for a in firings)
+        # the id names tenant, axis and the firing time (rule 16): all three must agree
+        want = Counter(a["alert_id"] for a in firings)
         got = Counter(
-            (t, k)
-            for t, k in rows(
-                f"SELECT tenant_id, key FROM {db}.alerts "
+            alert_id
+            for (alert_id,) in rows(
+                f"SELECT alert_id FROM {db}.alerts "
                 "WHERE rule = 'run_limit_exhaustion' AND state = 'firing'"
             )
         )
-        check = _diff("exhaustion alerts", "firings by tenant/axis", dict(want), dict(got))
+        check = _diff("exhaustion alerts", "firings (tenant, axis, time)", dict(want), dict(got))
         check.note = f"{sum(want.values())} expected"
         checks.append(check)
     stale = expected.get("stale_run")

@@ -82,6 +82,23 @@ def test_a_faithful_ledger_passes_every_check_and_a_tampered_one_is_named(
     assert f"run {run_id}: missing from the ledger" in failed["run records"].problems
     assert "MISMATCH dead letters by reason" in render(list(failed.values()))
 
+    # An exhaustion alert of the right tenant and axis at another time is a mismatch too
+    # (rule 16: the firing time is part of the alert).
+    (alert_id,) = [a["alert_id"] for a in fleet.manifest["alerts"]["run_limit_exhaustion"]]
+    moved = alert_id[: -len("+00:00")] + "1+00:00"  # one more digit: another microsecond
+    ch_client.command(
+        f"INSERT INTO {ch_database}.alerts_store SELECT * REPLACE ('{moved}' AS alert_id) "
+        f"FROM {ch_database}.alerts_store WHERE alert_id = '{alert_id}' AND state = 'firing'"
+    )
+    ch_client.command(
+        f"ALTER TABLE {ch_database}.alerts_store DELETE WHERE alert_id = '{alert_id}' "
+        "SETTINGS mutations_sync = 2"
+    )
+    failed = {
+        c.name: c for c in compare(ch_client, ch_database, fleet.manifest, fleet.events) if not c.ok
+    }
+    assert "exhaustion alerts" in failed
+
 
 def test_sections_the_check_cannot_read_are_listed_not_hidden() -> None:
     manifest = {"runs": {}, "params": {}, "tenants": {}, "dlq": {}, "future_section": {}}
