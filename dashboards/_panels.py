@@ -94,6 +94,7 @@ _AXIS_NOTE = {
     EVENT_TIME: "Plotted by event time (the timestamp the runtime gave the event).",
     RECEIVE_TIME: "Plotted by receive time (when the pipeline received the record).",
 }
+_SAMPLES_RE = re.compile(r"\bFROM\s+(?:\w+\.)?worker_progress\b")  # the workers' clock
 _INTERVAL_RE = re.compile(r"\$__timeInterval(?:_ms)?\(\s*(?:\w+\.)?(\w+)\s*\)")
 
 # Series a stacked chart shows before folding the rest into 'other'.
@@ -108,7 +109,7 @@ def time_axis(sqls: Sequence[str]) -> str | None:
     or late data they lie hours apart and one axis cannot show both.
     """
     kinds = {
-        RECEIVE_TIME if col == "received_at" or "FROM worker_progress" in sql else EVENT_TIME
+        RECEIVE_TIME if col == "received_at" or _SAMPLES_RE.search(sql) else EVENT_TIME
         for sql in sqls
         for col in _INTERVAL_RE.findall(sql)
     }

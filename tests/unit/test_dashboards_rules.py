@@ -199,3 +199,8 @@ def test_stacks_of_tenants_models_tools_and_agents_fold_past_the_top_eight() -> 
         pattern = re.compile(grey[0]["options"])
         assert pattern.match("tokens other") and pattern.match("other"), title
         assert not pattern.match("acme / brother"), title
+
+
+def test_the_clock_of_a_panel_does_not_depend_on_the_database_it_is_built_for() -> None:
+    for build in DASHBOARDS:
+        assert lint_dashboard(dashboard_json(build("t_other_db"))) == [], build.__name__
