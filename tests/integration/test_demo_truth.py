@@ -86,9 +86,17 @@ def test_a_faithful_ledger_passes_every_check_and_a_tampered_one_is_named(
     # (rule 16: the firing time is part of the alert).
     (alert_id,) = [a["alert_id"] for a in fleet.manifest["alerts"]["run_limit_exhaustion"]]
     moved = alert_id[: -len("+00:00")] + "1+00:00"  # one more digit: another microsecond
-    ch_client.command(
-        f"INSERT INTO {ch_database}.alerts_store SELECT * REPLACE ('{moved}' AS alert_id) "
-        f"FROM {ch_database}.alerts_store WHERE alert_id = '{alert_id}' AND state = 'firing'"
+    firing = ch_client.query(
+        f"SELECT * FROM {ch_database}.alerts_store WHERE alert_id = '{alert_id}' "
+        "AND state = 'firing'"
+    )
+    (row,) = [dict(zip(firing.column_names, r, strict=True)) for r in firing.result_rows]
+    row["alert_id"] = moved
+    ch_client.insert(
+        f"{ch_database}.alerts_store",
+        [list(row.values())],
+        column_names=list(row),
+        settings={"async_insert": 0},  # on by default in ClickHouse 26: land before the check
     )
     ch_client.command(
         f"ALTER TABLE {ch_database}.alerts_store DELETE WHERE alert_id = '{alert_id}' "
