@@ -251,6 +251,8 @@ class _Walk:
     def walk(self, node: _Node, parent: _Node) -> None:
         if node.kind == "Set":
             raise LedgerReadOnlyError(_NO_SETTINGS)
+        if node.kind == "QueryParameter":  # the server fills them before EXPLAIN; if not:
+            raise LedgerReadOnlyError(f"the query parameter {node.name} was not filled")
         if node.kind == "TableIdentifier":
             self.table(node.name)
         elif node.kind == "Function":
@@ -275,6 +277,8 @@ class _Walk:
 
     def table(self, name: str) -> None:
         """A table named in the statement: unqualified (the ledger's, or a CTE) or ours."""
+        if not name or "{" in name:
+            raise LedgerReadOnlyError(f"the table name {name!r} could not be checked")
         database, dot, table = name.partition(".")
         if not dot:
             return  # resolved in the ledger database, or a CTE or alias of the statement
