@@ -81,10 +81,8 @@ def run_worker(
 
     from ..topics import ensure_topics
 
-    # Declare every topic first: a consumer subscribed to a missing topic ignores it for good.
-    created = asyncio.run(ensure_topics(settings))
-    if created:
-        log.info("created topics: %s", ", ".join(created))
+    # The configuration first, before anything is done on the broker: the ledger opened and
+    # migrated (DSN, path, credentials), the alert sinks built, the metrics port bound.
     worker = build_worker(settings, hooks)
     server = None
     if settings.metrics_port:
@@ -92,14 +90,19 @@ def run_worker(
 
         server = MetricsServer(worker.telemetry, settings.metrics_host, settings.metrics_port)
         server.start()
-    log.info(
-        "worker starting: topic=%s group=%s ledger=%s gil_switch_interval=%gs",
-        settings.topics.input,
-        settings.consumer_group,
-        settings.clickhouse_database,
-        settings.gil_switch_interval_seconds,
-    )
     try:
+        # Declare every topic before faust subscribes: a consumer subscribed to a missing
+        # topic ignores it for good.
+        created = asyncio.run(ensure_topics(settings))
+        if created:
+            log.info("created topics: %s", ", ".join(created))
+        log.info(
+            "worker starting: topic=%s group=%s ledger=%s gil_switch_interval=%gs",
+            settings.topics.input,
+            settings.consumer_group,
+            settings.clickhouse_database,
+            settings.gil_switch_interval_seconds,
+        )
         with switch_interval(settings.gil_switch_interval_seconds):
             faust.Worker(
                 worker.app,
