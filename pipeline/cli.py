@@ -2,10 +2,12 @@
 
 Each module in ``pipeline/commands/`` exposes ``register(subparsers)`` which adds its
 sub-command(s) and sets ``func`` (a callable taking the parsed ``argparse.Namespace`` and
-returning an exit code). An error prints one line (``-v`` shows the traceback) and exits
-with ``EXIT_USAGE`` (2, as argparse does) when the command line or the configuration is
-wrong, or ``EXIT_FAILURE`` (1) when the command failed while running (broker, ledger,
-files). Ctrl-C exits 130.
+returning an exit code). An error prints one line (``-v``, before or after the command,
+shows the traceback) and exits with ``EXIT_USAGE`` (2, as argparse does) when the command
+line or the configuration is wrong, or ``EXIT_FAILURE`` (1) when the command failed while
+running (broker, ledger, files). Ctrl-C exits 130. A reader of stdout that stops reading
+(``| head``) ends the command quietly with ``EXIT_BROKEN_PIPE`` (141, as a Unix tool killed
+by SIGPIPE).
 """
 
 from __future__ import annotations
@@ -13,13 +15,22 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
-__all__ = ["EXIT_FAILURE", "EXIT_USAGE", "build_parser", "exit_code_of", "main"]
+__all__ = [
+    "EXIT_BROKEN_PIPE",
+    "EXIT_FAILURE",
+    "EXIT_USAGE",
+    "build_parser",
+    "exit_code_of",
+    "main",
+]
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE
 
 # Libraries that log every retry of a connection the command reports itself.
 _NOISY_LOGGERS = ("urllib3", "clickhouse_connect")
@@ -63,11 +74,30 @@ def build_parser() -> argparse.ArgumentParser:
             "Settings come from PRISM_* environment variables (see README)."
         ),
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level")
+    parser.add_argument("-v", "--verbose", action="store_true", help=_VERBOSE_HELP)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
+    _verbose_everywhere(sub)
     return parser
+
+
+_VERBOSE_HELP = "log at DEBUG level and show the traceback of an error"
+
+
+def _verbose_everywhere(sub: argparse._SubParsersAction) -> None:
+    """``-v`` after the command too (``prism-pipeline billing -v ...``), at every level.
+
+    SUPPRESS as the default: a command's parser sets ``verbose`` only when ``-v`` follows
+    the command, so a ``-v`` before it is not overwritten with False.
+    """
+    for parser in sub.choices.values():
+        parser.add_argument(
+            "-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help=_VERBOSE_HELP
+        )
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                _verbose_everywhere(action)
 
 
 def exit_code_of(exc: BaseException) -> int:
@@ -85,7 +115,28 @@ def exit_code_of(exc: BaseException) -> int:
     return EXIT_FAILURE
 
 
+def _quiet_broken_pipe() -> int:
+    """The reader of stdout is gone (``| head``): stop without a word.
+
+    Python flushes stdout again at exit; pointing it at devnull keeps that flush from
+    raising a second BrokenPipeError (the recipe of Python's signal module docs).
+    """
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return EXIT_BROKEN_PIPE
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        try:
+            return _main(argv)
+        finally:  # a reader that left (`| head`) shows here, not in Python's flush at exit
+            sys.stdout.flush()
+    except BrokenPipeError:
+        return _quiet_broken_pipe()
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(
@@ -100,7 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as exc:
-        if args.verbose:
+        if args.verbose or isinstance(exc, BrokenPipeError):
             raise
         text = str(exc).strip() or type(exc).__name__
         print(f"prism-pipeline {args.command}: error: {text}", file=sys.stderr)

@@ -1,7 +1,8 @@
 """``prism-pipeline tail``: print a run's events in seq order (Kafka or ledger), or follow all runs.
 
 Exit codes: 0 the run is complete (its terminal and every lower seq printed), 3 it is not
-(timeout, or gaps in the ledger; the missing seqs are listed on stderr), 2 an error.
+(timeout, or gaps in the ledger; the missing seqs are listed on stderr), 2 an error. A
+reader that stops reading (``| head``) ends it quietly (``cli.main``).
 """
 
 from __future__ import annotations
@@ -136,17 +137,13 @@ def _run(args: argparse.Namespace) -> int:
     if not args.verbose:  # keep stderr for what the user asked about
         logging.getLogger("aiokafka").setLevel(logging.WARNING)
     settings = _settings(args)
-    try:
-        if args.follow:
-            return _follow(args, settings)
-        if args.operation is not None:
-            return _operation(args, settings)
-        if args.from_ledger:
-            return _from_ledger(args, settings)
-        return _tail(args, settings)
-    except BrokenPipeError:  # e.g. `| head`: the reader is gone, stop quietly
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+    if args.follow:
+        return _follow(args, settings)
+    if args.operation is not None:
+        return _operation(args, settings)
+    if args.from_ledger:
+        return _from_ledger(args, settings)
+    return _tail(args, settings)
 
 
 def _printer(fmt: str, *, with_run: bool = False) -> Any:

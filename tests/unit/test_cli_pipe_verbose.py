@@ -1,0 +1,61 @@
+"""A closed pipe ends a command quietly, and ``-v`` works before or after the command."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from prism.pipeline.cli import EXIT_BROKEN_PIPE, build_parser, main
+
+
+@pytest.mark.parametrize("unbuffered", ["1", ""])
+def test_a_reader_that_stops_reading_ends_the_command_quietly(
+    unbuffered: str, tmp_path: Path
+) -> None:
+    """`prism-pipeline simulate ... | head`: no BrokenPipeError traceback, exit 141.
+
+    Unbuffered, the first print meets the closed pipe; buffered, the flush at the end does.
+    """
+    env = {**os.environ, "PYTHONUNBUFFERED": unbuffered}
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the first line is written
+    try:
+        out = subprocess.run(
+            [sys.executable, "-m", "prism.pipeline.cli", "simulate", "--runs", "20",
+             "--out", str(tmp_path / "fleet.jsonl")],
+            stdout=write, stderr=subprocess.PIPE, text=True, timeout=120, check=False, env=env,
+        )  # fmt: skip
+    finally:
+        os.close(write)
+    assert (out.returncode, out.stderr) == (EXIT_BROKEN_PIPE, "")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["-v", "billing", "--from", "2026-11-01", "--to", "2026-12-01"],
+        ["billing", "-v", "--from", "2026-11-01", "--to", "2026-12-01"],
+        ["billing", "--from", "2026-11-01", "--to", "2026-12-01", "--verbose"],
+        ["prices", "load", "-v", "prices.yaml"],
+        ["tail", "--run", "r-1", "-v"],
+    ],
+)
+def test_verbose_works_before_and_after_the_command(argv: list[str]) -> None:
+    assert build_parser().parse_args(argv).verbose is True
+
+
+def test_without_verbose_it_is_off() -> None:
+    args = build_parser().parse_args(["billing", "--from", "2026-11-01", "--to", "2026-12-01"])
+    assert args.verbose is False
+
+
+def test_verbose_after_the_command_shows_the_traceback(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["ingest-file", "no-such-file.jsonl"]) == 1
+    with pytest.raises(FileNotFoundError, match="no-such-file"):
+        main(["ingest-file", "-v", "no-such-file.jsonl"])
