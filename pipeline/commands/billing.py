@@ -153,9 +153,9 @@ def accept_spans_back(parser: argparse.ArgumentParser) -> None:
     parser._negative_number_matcher = re.compile(r"^-\d+$|^-\d*\.\d+$|^-\d+[mhdw]$")
 
 
-def when(text: str, now: datetime | None = None) -> datetime:
-    """A period bound as an aware UTC time: a date (its midnight), an ISO time, ``now``,
-    ``today`` or a span back from now (``-30m``, ``-12h``, ``-7d``, ``-2w``)."""
+def when(text: str, now: datetime | None = None) -> date | datetime:
+    """A period bound: a date (YYYY-MM-DD, its midnight UTC), else an aware UTC time: an ISO
+    time, ``now``, ``today`` or a span back from now (``-30m``, ``-12h``, ``-7d``, ``-2w``)."""
     now = now or datetime.now(UTC)
     word = text.strip().lower()
     relative = _RELATIVE_RE.match(word)
@@ -167,7 +167,7 @@ def when(text: str, now: datetime | None = None) -> datetime:
         return now - timedelta(**{_UNITS[relative[2]]: int(relative[1])})
     try:
         if len(text) == 10:
-            return datetime.combine(date.fromisoformat(text), time(), UTC)
+            return date.fromisoformat(text)
         value = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         raise argparse.ArgumentTypeError(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from datetime import date, datetime
 from pathlib import Path
 
 from prism.pipeline.commands.billing import accept_spans_back, when
@@ -39,10 +40,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--from",
         dest="start",
-        type=when,
+        type=_when,
         help="start: YYYY-MM-DD, ISO time, now, today or -7d, -12h (default: data)",
     )
-    p.add_argument("--to", dest="end", type=when, help="end, as --from (default: data)")
+    p.add_argument("--to", dest="end", type=_when, help="end, as --from (default: data)")
     accept_spans_back(p)
     p.add_argument(
         "--tenant",
@@ -53,6 +54,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_connection_args(p)
     p.set_defaults(func=_run)
+
+
+def _when(text: str) -> datetime:
+    """``billing``'s period bounds, always as an aware UTC time (a date is its midnight)."""
+    from prism.sinks._billing import to_utc
+
+    value: date | datetime = when(text)
+    return to_utc(value)
 
 
 def _out_path(out: Path | None, default: Path) -> Path:

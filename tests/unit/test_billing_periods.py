@@ -17,7 +17,7 @@ NOW = datetime(2026, 12, 3, 12, 57, 30, tzinfo=UTC)
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("2026-11-30", datetime(2026, 11, 30, tzinfo=UTC)),
+        ("2026-11-30", date(2026, 11, 30)),  # billing_report reads it as its midnight UTC
         ("2026-11-30T12:00:00Z", datetime(2026, 11, 30, 12, tzinfo=UTC)),
         ("2026-11-30T12:00:00", datetime(2026, 11, 30, 12, tzinfo=UTC)),
         ("2026-11-30T13:00:00+01:00", datetime(2026, 11, 30, 12, tzinfo=UTC)),
@@ -29,7 +29,9 @@ NOW = datetime(2026, 12, 3, 12, 57, 30, tzinfo=UTC)
         ("-2w", datetime(2026, 11, 19, 12, 57, 30, tzinfo=UTC)),
     ],
 )
-def test_when_reads_dates_times_and_spans_back_from_now(text: str, expected: datetime) -> None:
+def test_when_reads_dates_times_and_spans_back_from_now(
+    text: str, expected: date | datetime
+) -> None:
     from prism.pipeline.commands.billing import when
 
     assert when(text, NOW) == expected
