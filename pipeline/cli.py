@@ -5,9 +5,11 @@ sub-command(s) and sets ``func`` (a callable taking the parsed ``argparse.Namesp
 returning an exit code). An error prints one line (``-v``, before or after the command,
 shows the traceback) and exits with ``EXIT_USAGE`` (2, as argparse does) when the command
 line or the configuration is wrong, or ``EXIT_FAILURE`` (1) when the command failed while
-running (broker, ledger, files). Ctrl-C exits 130. A reader of stdout that stops reading
-(``| head``) ends the command quietly with ``EXIT_BROKEN_PIPE`` (141, as a Unix tool killed
-by SIGPIPE).
+running (broker, ledger, files). A bad option value is one line too, without the usage.
+An error names what the user gave: the flag (``--clickhouse``) when a flag set the value,
+the variable (``PRISM_CLICKHOUSE_DSN``) otherwise. Ctrl-C exits 130. A reader of stdout
+that stops reading (``| head``) ends the command quietly with ``EXIT_BROKEN_PIPE`` (141, as
+a Unix tool killed by SIGPIPE).
 """
 
 from __future__ import annotations
@@ -16,8 +18,12 @@ import argparse
 import importlib
 import logging
 import os
+import re
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
+
+from prism.pipeline.commands._args import flag_names
 
 __all__ = [
     "EXIT_BROKEN_PIPE",
@@ -65,8 +71,17 @@ COMMAND_MODULES = [
 ]
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a bad value of one option reported in one line (no usage)."""
+
+    def error(self, message: str) -> NoReturn:
+        if message.startswith("argument "):  # about one option: its name says where to look
+            self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+        super().error(message)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="prism-pipeline",
         description=(
             "Observability and metering pipeline for Prism agent runtimes: "
@@ -115,6 +130,13 @@ def exit_code_of(exc: BaseException) -> int:
     return EXIT_FAILURE
 
 
+def _in_user_terms(text: str, args: argparse.Namespace) -> str:
+    """``text`` with each ``PRISM_*`` variable the user overrode by a flag named as that flag."""
+    for variable, flag in flag_names(args).items():
+        text = re.sub(rf"\b{variable}\b", flag, text)
+    return text
+
+
 def _quiet_broken_pipe() -> int:
     """The reader of stdout is gone (``| head``): stop without a word.
 
@@ -153,7 +175,7 @@ def _main(argv: Sequence[str] | None) -> int:
     except Exception as exc:
         if args.verbose or isinstance(exc, BrokenPipeError):
             raise
-        text = str(exc).strip() or type(exc).__name__
+        text = _in_user_terms(str(exc).strip() or type(exc).__name__, args)
         print(f"prism-pipeline {args.command}: error: {text}", file=sys.stderr)
         return exit_code_of(exc)
 

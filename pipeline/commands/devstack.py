@@ -7,18 +7,9 @@ import os
 from pathlib import Path
 
 from prism.devstack import LocalKafka, LocalKafkaCluster
+from prism.pipeline.commands._args import PORT, whole
 
 _SINGLE_DIR, _CLUSTER_DIR = ".data/kafka", ".data/kafka-cluster"
-
-
-def _brokers(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if not 1 <= value <= 9:
-        raise argparse.ArgumentTypeError(f"must be a whole number from 1 to 9, got {text!r}")
-    return value
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -43,14 +34,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("action", choices=["up", "down", "status"])
     p.add_argument(
         "--port",
-        type=int,
+        type=PORT,
         default=None,
         help="listener port on 127.0.0.1 of the (first) broker; a cluster's others follow "
         "it (env PRISM_KAFKA_PORT, default 9092)",
     )
     p.add_argument(
         "--brokers",
-        type=_brokers,
+        type=whole(1, 9),
         default=1,
         metavar="N",
         help="1 (default): one broker+controller; N > 1: a local KRaft cluster of N nodes "
@@ -66,22 +57,25 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_run)
 
 
-def _port(text: str) -> int:
-    """A TCP port 1..65535 (from --port or PRISM_KAFKA_PORT)."""
-    if not text.strip().isdigit() or not 0 < int(text) < 65536:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a port 1..65535 (from --port or PRISM_KAFKA_PORT)"
-        )
-    return int(text)
+def _env_port() -> int | None:
+    """``PRISM_KAFKA_PORT`` when set, checked as --port is; an error names the variable."""
+    text = os.environ.get("PRISM_KAFKA_PORT")
+    if text is None:
+        return None
+    try:
+        return PORT(text)
+    except argparse.ArgumentTypeError as exc:
+        raise ValueError(f"PRISM_KAFKA_PORT {exc}") from None
 
 
 def _run(args: argparse.Namespace) -> int:
     default = _CLUSTER_DIR if args.brokers > 1 else _SINGLE_DIR
     state_dir = args.state_dir or Path(os.environ.get("PRISM_KAFKA_STATE_DIR", default))
+    port = args.port if args.port is not None else _env_port()
     cluster = LocalKafkaCluster.found_in(state_dir) if args.action != "up" else None
     if args.brokers > 1 or cluster is not None:
-        return _run_cluster(args, cluster or LocalKafkaCluster(state_dir, args.brokers, args.port))
-    port = args.port or int(os.environ.get("PRISM_KAFKA_PORT", "9092"))
+        return _run_cluster(args, cluster or LocalKafkaCluster(state_dir, args.brokers, port))
+    port = port or 9092
     broker = LocalKafka(state_dir=state_dir, port=port)
     if args.action == "up":
         broker.up()

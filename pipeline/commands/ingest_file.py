@@ -6,29 +6,42 @@ import argparse
 import os
 import sys
 
-from prism.pipeline.settings import load_settings
+from prism.pipeline.commands._args import load_settings_from, whole
+
+_DESCRIPTION = """\
+Runs the same run-semantics core as the worker over a JSONL file (one envelope per line,
+'-' for stdin): for backfills, debugging and reproducible results. Agent events and
+channel operations may be mixed: each line goes to its family's semantics by its schema
+field. Malformed lines go to the dead_letters table with their line number. At the end
+every run whose terminal arrived is closed and the stale rule is applied on the event-time
+watermark. The run state is kept in the ledger (table ingest_state), so a backfill split
+over several files gives the ledger one file would. Ingesting the same file again changes
+nothing. Prints a summary."""
+
+_EPILOG = """\
+examples:
+  prism-pipeline simulate --runs 500 --seed 7 --out fleet.jsonl
+  prism-pipeline ingest-file fleet.jsonl
+  zcat backfill-2026-11.jsonl.gz | prism-pipeline ingest-file - --no-progress
+  prism-pipeline ingest-file fleet.jsonl --clickhouse chdb://./.data/scratch --batch-size 20000
+  prism-pipeline query "SELECT status, count() AS runs FROM runs GROUP BY status"
+"""
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "ingest-file",
         help="replay a JSONL file of envelopes into the ledger (no Kafka)",
-        description=(
-            "Runs the same run-semantics core as the worker over a JSONL file (one envelope "
-            "per line, '-' for stdin): for backfills, debugging and reproducible results. "
-            "Agent events and channel operations may be mixed: each line goes to its family's "
-            "semantics by its schema field. "
-            "Malformed lines go to the dead_letters table with their line number. At the end "
-            "every run whose terminal arrived is closed and the stale rule is applied on the "
-            "event-time watermark. The run state is kept in the ledger (table ingest_state), "
-            "so a backfill split over several files gives the ledger one file would. Prints "
-            "a summary."
-        ),
+        description=_DESCRIPTION,
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("path", help="JSONL file, or - for standard input")
     p.add_argument("--clickhouse", help="ledger DSN (default PRISM_CLICKHOUSE_DSN)")
     p.add_argument("--database", help="ledger database (default PRISM_CLICKHOUSE_DATABASE)")
-    p.add_argument("--batch-size", type=int, default=5000, help="lines per batch (default 5000)")
+    p.add_argument(
+        "--batch-size", type=whole(1), default=5000, help="lines per batch (default 5000)"
+    )
     p.add_argument("--no-progress", action="store_true", help="never show a progress bar")
     p.set_defaults(func=_run)
 
@@ -40,12 +53,9 @@ def _run(args: argparse.Namespace) -> int:
     from prism.pipeline._store import LedgerStore, open_ledger
     from prism.pipeline.ingest import ingest_lines, iter_lines, open_input
 
-    over = {}
-    if args.clickhouse:
-        over["clickhouse_dsn"] = args.clickhouse
-    if args.database:
-        over["clickhouse_database"] = args.database
-    settings = load_settings(**over)
+    settings = load_settings_from(
+        args, {"--clickhouse": "clickhouse_dsn", "--database": "clickhouse_database"}
+    )
     if args.path != "-" and not os.path.isfile(args.path):
         raise FileNotFoundError(f"no such file: {args.path!r}")
     client = open_ledger(settings)

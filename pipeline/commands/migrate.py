@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from prism.pipeline.commands._args import whole
 from prism.pipeline.commands.query import add_connection_args, connection
 
 __all__ = ["register"]
@@ -26,7 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--raw-event-ttl-days",
-        type=int,
+        type=whole(1, 10_000),
         help="days raw events are kept (default PRISM_RAW_EVENT_TTL_DAYS, 90)",
     )
     p.set_defaults(func=_run)
@@ -42,7 +43,9 @@ def _run(args: argparse.Namespace) -> int:
         client,
         database,
         cluster=args.cluster or settings.clickhouse_cluster,
-        raw_event_ttl_days=args.raw_event_ttl_days or settings.raw_event_ttl_days,
+        raw_event_ttl_days=args.raw_event_ttl_days
+        if args.raw_event_ttl_days is not None
+        else settings.raw_event_ttl_days,
     )
     if applied:
         print(f"{database}: applied {', '.join(applied)}")

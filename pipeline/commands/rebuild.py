@@ -9,24 +9,42 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
-from prism.pipeline.settings import load_settings
+from prism.pipeline.commands._args import load_settings_from, whole
 
 __all__ = ["register"]
+
+_DESCRIPTION = """\
+Reads every partition of the input topics (agent events, and channel operations when
+that topic exists) from its earliest offset up to the end offsets seen at start, through
+the same core as the worker, into a new ledger database (migrated first). Joins no
+consumer group and commits nothing, so the live worker is untouched. A database that
+already holds runs is refused unless --force. Shows a progress bar on a terminal, then a
+summary. A rebuild that fails drops the database it created, so no empty one is left."""
+
+_EPILOG = """\
+examples:
+  prism-pipeline rebuild                            # into prism_rebuild_<UTC time>
+  prism-pipeline rebuild --database prism_v2 --batch-size 20000
+  PRISM_TOPIC_PREFIX=demo prism-pipeline rebuild --bootstrap 127.0.0.1:19092
+  prism-pipeline rebuild --database prism_v2 --clickhouse "https://admin:$PW@ch.example:8443/"
+  prism-pipeline query "SELECT status, count() FROM prism_v2.runs GROUP BY status"
+"""
+
+# option -> setting field (--database is the new database, not the ledger's)
+_OPTIONS = {
+    "--bootstrap": "kafka_bootstrap_servers",
+    "--topic-prefix": "topic_prefix",
+    "--clickhouse": "clickhouse_dsn",
+}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "rebuild",
         help="replay the input topics from their earliest offsets into a fresh ledger database",
-        description=(
-            "Reads every partition of the input topics (agent events, and channel operations "
-            "when that topic exists) from its earliest offset up to the end offsets seen at "
-            "start, through the same core as the worker, into a "
-            "new ledger database (migrated first). Joins no consumer group and commits "
-            "nothing, so the live worker is untouched. A database that already holds runs is "
-            "refused unless --force. Shows a progress bar on a terminal, then a summary. A "
-            "rebuild that fails drops the database it created, so no empty one is left."
-        ),
+        description=_DESCRIPTION,
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
         "--database",
@@ -43,7 +61,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--bootstrap", help="Kafka bootstrap servers (PRISM_KAFKA_BOOTSTRAP_SERVERS)")
     p.add_argument("--topic-prefix", help="topic prefix (PRISM_TOPIC_PREFIX)")
-    p.add_argument("--batch-size", type=int, default=5000, help="records per batch (default 5000)")
+    p.add_argument(  # >= 1 is checked with the other options (_run)
+        "--batch-size", type=whole(), default=5000, help="records per batch (default 5000)"
+    )
     p.add_argument("--no-progress", action="store_true", help="never show a progress bar")
     p.set_defaults(func=_run)
 
@@ -56,15 +76,7 @@ def _run(args: argparse.Namespace) -> int:
         logging.getLogger("aiokafka").setLevel(logging.WARNING)
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")
-    over: dict[str, Any] = {}
-    for opt, name in (
-        ("bootstrap", "kafka_bootstrap_servers"),
-        ("topic_prefix", "topic_prefix"),
-        ("clickhouse", "clickhouse_dsn"),
-    ):
-        if getattr(args, opt):
-            over[name] = getattr(args, opt)
-    settings = load_settings(**over)
+    settings = load_settings_from(args, _OPTIONS)
     database = args.database or (
         f"{settings.clickhouse_database}_rebuild_{datetime.now(UTC):%Y%m%d%H%M%S}"
     )

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import sys
 from datetime import datetime
 from pathlib import Path
 
+from prism.pipeline.commands._args import load_settings_from, number, whole
 from prism.runtime.simulator import (
     FleetConfig,
     SimulatorConfigError,
@@ -73,8 +75,8 @@ def _positive(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text} must be > 0")
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"{text} must be > 0 and finite")
     return value
 
 
@@ -113,8 +115,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--runs", type=int, default=1000, help="runs in the fleet (default 1000)")
-    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    p.add_argument(
+        "--runs", type=whole(1, 10_000_000), default=1000, help="runs in the fleet (default 1000)"
+    )
+    p.add_argument("--seed", type=whole(), default=0, help="random seed (default 0)")
     p.add_argument("--out", type=Path, help="write record values as JSONL, one per line")
     p.add_argument("--manifest", type=Path, help="write the ground-truth manifest (JSON)")
     p.add_argument(
@@ -135,7 +139,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     chaos = p.add_argument_group("chaos (see below)")
     chaos.add_argument("--duplicates", type=_probability, default=0.0, metavar="P")
-    chaos.add_argument("--reorder-window", type=int, default=0, metavar="K")
+    chaos.add_argument("--reorder-window", type=whole(0, 1000), default=0, metavar="K")
     chaos.add_argument("--post-terminal", type=_probability, default=0.0, metavar="P")
     chaos.add_argument("--conflicting-terminals", type=_probability, default=0.0, metavar="P")
     chaos.add_argument("--malformed", type=_probability, default=0.0, metavar="P")
@@ -146,7 +150,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     chaos.add_argument("--channel-operations", type=_count, default=0, metavar="N")
     chaos.add_argument(
         "--partitions",
-        type=_count,
+        type=whole(1, 10_000),
         default=4,
         metavar="N",
         help="partitions of the input topic the quiet partition is chosen among "
@@ -167,7 +171,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     clock.add_argument(
         "--stale-after",
-        type=_positive,
+        type=number(0, 365 * 86_400, above=True),
         default=3600.0,
         metavar="SECONDS",
         help="manifest: a run without terminal idle this long before the fleet's last "
@@ -182,7 +186,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     clock.add_argument(
         "--alert-threshold",
-        type=_count,
+        type=whole(1, 1_000_000),
         default=5,
         metavar="N",
         help="manifest: limit deaths in 300 s of one tenant and axis that fire the exhaustion "
@@ -190,7 +194,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     clock.add_argument(
         "--max-event-bytes",
-        type=int,
+        type=whole(1024, 64 * 1_048_576),
         default=1_048_576,
         metavar="BYTES",
         help="size limit oversized records exceed (default 1048576)",
@@ -198,11 +202,25 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_run)
 
 
+def _check(args: argparse.Namespace) -> None:
+    """The options that bound each other (each alone is checked by its type)."""
+    if args.limit_death_burst > args.runs:
+        raise ValueError(
+            f"--limit-death-burst {args.limit_death_burst} is more than --runs {args.runs}"
+        )
+    if args.hostile and args.partitions < 2:
+        raise ValueError(
+            f"--hostile needs --partitions >= 2 (a quiet partition beside the busy ones), "
+            f"got --partitions {args.partitions}"
+        )
+
+
 def _run(args: argparse.Namespace) -> int:
     if args.out is None and args.manifest is None and args.kafka is None:
         raise SimulatorConfigError(
             "nothing to do: give --out FILE, --manifest FILE and/or --kafka [BOOTSTRAP]"
         )
+    _check(args)
     config = FleetConfig(
         runs=args.runs,
         seed=args.seed,
@@ -253,12 +271,12 @@ def _run(args: argparse.Namespace) -> int:
         write_manifest(fleet, args.manifest)
         print(f"wrote manifest to {args.manifest}")
     if args.kafka is not None:
-        from prism.pipeline.settings import load_settings
-
-        settings = load_settings()
+        # --kafka alone (an empty value) takes PRISM_KAFKA_BOOTSTRAP_SERVERS
+        settings = load_settings_from(
+            args, {"--kafka": "kafka_bootstrap_servers"} if args.kafka else {}
+        )
         kwargs = settings.aiokafka_kwargs()
-        bootstrap = args.kafka or kwargs.pop("bootstrap_servers")
-        kwargs.pop("bootstrap_servers", None)
+        bootstrap = kwargs.pop("bootstrap_servers")
         topic = args.topic or settings.topics.input
         result = asyncio.run(
             publish_to_kafka(

@@ -1,8 +1,9 @@
 """``prism-pipeline tail``: print a run's events in seq order (Kafka or ledger), or follow all runs.
 
 Exit codes: 0 the run is complete (its terminal and every lower seq printed), 3 it is not
-(timeout, or gaps in the ledger; the missing seqs are listed on stderr), 2 an error. A
-reader that stops reading (``| head``) ends it quietly (``cli.main``).
+(timeout, or gaps in the ledger; the missing seqs are listed on stderr), 2 a bad option or
+setting, 1 a failure (the broker, the ledger). A reader that stops reading (``| head``)
+ends it quietly (``cli.main``).
 """
 
 from __future__ import annotations
@@ -14,31 +15,55 @@ import os
 import sys
 from typing import Any
 
-from prism.pipeline.settings import Settings, load_settings
+from prism.pipeline.commands._args import load_settings_from, number, whole
+from prism.pipeline.settings import Settings
 
 __all__ = ["EXIT_INCOMPLETE", "register"]
 
 EXIT_INCOMPLETE = 3
 log = logging.getLogger("prism.replay")
 
+_DESCRIPTION = """\
+With --run, prints that run's events in seq order from its Kafka partition (from the
+run's first offset recorded in the ledger when known, else from the beginning), each
+once, and exits 0 after its terminal once every lower seq arrived; after --timeout it
+exits 3 with the missing seqs on stderr. --from-ledger replays the run from the ledger's
+run_events instead. With --follow, prints every run's events live, one line per event.
+With --operation, prints a messaging-channel operation's transitions in seq order from
+the channel-operation topic and exits 0 once it reached a final state (delivered,
+notice_delivered, cancelled, reconciled); an open item (delivery_unknown,
+execution_unknown) waits for a reconcile: exit 3 after --timeout."""
+
+_EPILOG = """\
+examples:
+  prism-pipeline tail --run run-42                        # Kafka, until its terminal
+  prism-pipeline tail --run run-42 --from-ledger --format pretty
+  prism-pipeline tail --run run-42 --timeout 5 --no-ledger
+  prism-pipeline tail --follow --tenant acme --type run_failed --timeout 600
+  prism-pipeline tail --follow --from-beginning --max-events 20 --format pretty
+  prism-pipeline tail --operation op-81 --timeout 30
+  PRISM_TOPIC_PREFIX=demo prism-pipeline tail --run run-42 --bootstrap 127.0.0.1:19092
+
+exit codes: 0 complete, 3 incomplete (timeout, or gaps in the ledger), 2 a bad option or
+setting, 1 a failure (the broker, the ledger)
+"""
+
+# option -> setting field
+_OPTIONS = {
+    "--bootstrap": "kafka_bootstrap_servers",
+    "--topic-prefix": "topic_prefix",
+    "--clickhouse": "clickhouse_dsn",
+    "--database": "clickhouse_database",
+}
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "tail",
         help="print one run's events in seq order (or follow every run) from Kafka or the ledger",
-        description=(
-            "With --run, prints that run's events in seq order from its Kafka partition "
-            "(from the run's first offset recorded in the ledger when known, else from the "
-            "beginning), each once, and exits 0 after its terminal once every lower seq "
-            "arrived; after --timeout it exits 3 with the missing seqs on stderr. "
-            "--from-ledger replays the run from the ledger's run_events instead. "
-            "With --follow, prints every run's events live, one line per event. "
-            "With --operation, prints a messaging-channel operation's transitions in seq "
-            "order from the channel-operation topic and exits 0 once it reached a final "
-            "state (delivered, notice_delivered, cancelled, reconciled); an open item "
-            "(delivery_unknown, execution_unknown) waits for a reconcile: exit 3 after "
-            "--timeout."
-        ),
+        description=_DESCRIPTION,
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("--run", metavar="RUN_ID", help="the run to print")
@@ -51,7 +76,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--timeout",
-        type=float,
+        type=number(),  # > 0 is checked with the other options (_check)
         metavar="S",
         help="seconds to wait (--run: default 60, then exit 3; --follow: default none)",
     )
@@ -81,7 +106,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="with --follow: start at the earliest offsets instead of the end",
     )
-    p.add_argument("--max-events", type=int, metavar="N", help="with --follow: stop after N events")
+    p.add_argument(
+        "--max-events", type=whole(1), metavar="N", help="with --follow: stop after N events"
+    )
     p.add_argument("--bootstrap", help="Kafka bootstrap servers (PRISM_KAFKA_BOOTSTRAP_SERVERS)")
     p.add_argument("--topic-prefix", help="topic prefix (PRISM_TOPIC_PREFIX)")
     p.add_argument("--clickhouse", metavar="DSN", help="ledger DSN (PRISM_CLICKHOUSE_DSN)")
@@ -95,16 +122,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _settings(args: argparse.Namespace) -> Settings:
-    over: dict[str, Any] = {}
-    for opt, name in (
-        ("bootstrap", "kafka_bootstrap_servers"),
-        ("topic_prefix", "topic_prefix"),
-        ("clickhouse", "clickhouse_dsn"),
-        ("database", "clickhouse_database"),
-    ):
-        if getattr(args, opt, None):
-            over[name] = getattr(args, opt)
-    return load_settings(**over)
+    return load_settings_from(args, _OPTIONS)
 
 
 def _check(args: argparse.Namespace) -> None:
@@ -128,8 +146,6 @@ def _check(args: argparse.Namespace) -> None:
         raise ValueError("--from-ledger and --no-ledger only apply with --run")
     if args.timeout is not None and not args.timeout > 0:
         raise ValueError(f"--timeout must be a number of seconds > 0, got {args.timeout}")
-    if args.max_events is not None and args.max_events < 1:
-        raise ValueError(f"--max-events must be >= 1, got {args.max_events}")
 
 
 def _run(args: argparse.Namespace) -> int:
