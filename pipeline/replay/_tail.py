@@ -9,6 +9,7 @@ it, and stops as soon as the run is complete by the contract's rule.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Collection
@@ -48,32 +49,56 @@ def partition_for(run_id: str, partitions: int) -> int:
     return (murmur2(run_id.encode()) & 0x7FFFFFFF) % partitions
 
 
-async def topic_partitions(settings: Settings, topic: str) -> list[int]:
-    """The partition ids of ``topic``; ``TopicNotFound`` if the broker does not know it."""
+async def topic_partitions(
+    settings: Settings, topic: str, *, deadline: float = DEFAULT_DEADLINE
+) -> list[int]:
+    """The partition ids of ``topic``; ``TopicNotFound`` if the broker does not know it.
+
+    A broker that does not answer is retried for ``deadline`` seconds in all, each attempt
+    included, then ``BrokerUnavailable``.
+    """
+    until = asyncio.get_running_loop().time() + deadline
 
     async def describe() -> list[Any]:
         admin = AIOKafkaAdminClient(**settings.aiokafka_kwargs())
         try:
-            await admin.start()
-            # all topics: naming one could auto-create it
-            return list(await admin.describe_topics())
+            async with _answer_by(until):
+                await admin.start()
+                # all topics: naming one could auto-create it
+                return list(await admin.describe_topics())
         finally:
             await admin.close()
 
     described = await retry_transient(
-        describe, what=f"describing topic {topic}", bootstrap=settings.kafka_bootstrap_servers
+        describe,
+        what=f"describing topic {topic}",
+        bootstrap=settings.kafka_bootstrap_servers,
+        deadline=deadline,
     )
     for meta in described:
         if meta["topic"] == topic and meta["error_code"] == 0:
             return sorted(p["partition"] for p in meta["partitions"])
     raise TopicNotFound(
-        f"topic {topic!r} does not exist at {settings.kafka_bootstrap_servers}; check "
-        "PRISM_TOPIC_PREFIX (--topic-prefix) and PRISM_KAFKA_BOOTSTRAP_SERVERS (--bootstrap)"
+        f"topic {topic!r} does not exist at {settings.kafka_bootstrap_servers}; check the "
+        "topic prefix (PRISM_TOPIC_PREFIX) and the broker (PRISM_KAFKA_BOOTSTRAP_SERVERS)"
     )
 
 
+@contextlib.asynccontextmanager
+async def _answer_by(until: float) -> AsyncIterator[None]:
+    """One attempt cut at loop time ``until``: a ``TimeoutError`` that says so."""
+    try:
+        async with asyncio.timeout_at(until):
+            yield
+    except TimeoutError:
+        raise TimeoutError("no answer in the time given") from None
+
+
 class _Consumer(AIOKafkaConsumer):
-    """A group-less consumer whose ``start`` retries transient broker errors up to a deadline."""
+    """A group-less consumer whose ``start`` retries transient broker errors up to a deadline.
+
+    The deadline bounds the retries and each attempt: ``deadline`` seconds from ``start``.
+    """
 
     def __init__(self, bootstrap: str, deadline: float, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -81,9 +106,15 @@ class _Consumer(AIOKafkaConsumer):
         self._deadline = deadline
 
     async def start(self) -> None:
+        until = asyncio.get_running_loop().time() + self._deadline
+
+        async def attempt() -> None:
+            async with _answer_by(until):
+                await super(_Consumer, self).start()
+
         # A failed start leaves no fetcher behind, so the same consumer can start again.
         await retry_transient(
-            super().start,
+            attempt,
             what="starting a Kafka consumer",
             bootstrap=self._bootstrap,
             deadline=self._deadline,
@@ -103,6 +134,24 @@ def _consumer(settings: Settings, deadline: float = DEFAULT_DEADLINE) -> AIOKafk
     )
 
 
+class _Clock:
+    """What is left of a command's ``timeout``: every step, connecting included, takes from it.
+
+    Without a timeout the broker still gets ``DEFAULT_DEADLINE`` to answer at start.
+    """
+
+    def __init__(self, timeout: float | None) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._end = None if timeout is None else self._loop.time() + timeout
+
+    def left(self) -> float | None:
+        return None if self._end is None else max(0.0, self._end - self._loop.time())
+
+    def connect_deadline(self) -> float:
+        left = self.left()
+        return DEFAULT_DEADLINE if left is None else left
+
+
 async def tail_run(
     settings: Settings,
     run_id: str,
@@ -119,7 +168,9 @@ async def tail_run(
     missing seqs (what was buffered behind a gap is released first, still in order).
     ``start_offset`` is where to seek the run's partition, or a function of (topic,
     partition) returning it or None (e.g. one that asks ``ledger_start_offset``); without
-    one the partition is read from its beginning.
+    one the partition is read from its beginning. ``timeout`` bounds the whole tail,
+    reaching the broker included: a broker that does not answer in time is
+    ``BrokerUnavailable``.
 
     Example::
 
@@ -127,14 +178,15 @@ async def tail_run(
         result.complete, result.missing
     """
     topic = topic or settings.topics.input
-    partitions = await topic_partitions(settings, topic)
+    clock = _Clock(timeout)
+    partitions = await topic_partitions(settings, topic, deadline=clock.connect_deadline())
     tp = TopicPartition(topic, partitions[partition_for(run_id, len(partitions))])
     if callable(start_offset):
         start_offset = start_offset(tp.topic, tp.partition)
     key = run_id.encode()
     seq = RunSequencer(run_id)
     invalid = 0
-    consumer = _consumer(settings)
+    consumer = _consumer(settings, clock.connect_deadline())
     await consumer.start()
     try:
         consumer.assign([tp])
@@ -149,7 +201,7 @@ async def tail_run(
             tp.partition,
             start_offset if start_offset is not None else "the beginning",
         )
-        async for rec in records_until(consumer, tp, lambda: seq.complete, timeout):
+        async for rec in records_until(consumer, tp, lambda: seq.complete, clock.left()):
             if rec.key is not None and rec.key != key:
                 continue
             ev = _event_of(rec, settings.max_event_bytes)
@@ -221,19 +273,22 @@ async def follow(
 
     ``tenants`` / ``types`` keep only events of those tenants / types (empty: all). An
     event delivered twice (same ``eventId``) is passed once. Runs until ``timeout``
-    seconds passed, ``max_events`` were passed, or the task is cancelled. ``ready`` is
-    called once the consumer is positioned (events produced after it are seen).
+    seconds passed (reaching the broker included), ``max_events`` were passed, or the task
+    is cancelled. ``ready`` is called once the consumer is positioned (events produced
+    after it are seen).
 
     Example::
 
         await follow(load_settings(), print_event, types={"error"}, timeout=60)
     """
     topic = topic or settings.topics.input
-    tps = [TopicPartition(topic, p) for p in await topic_partitions(settings, topic)]
+    clock = _Clock(timeout)
+    partitions = await topic_partitions(settings, topic, deadline=clock.connect_deadline())
+    tps = [TopicPartition(topic, p) for p in partitions]
     tenant_set, type_set = frozenset(tenants), frozenset(types)
     seen: OrderedDict[str, None] = OrderedDict()
     result = FollowResult()
-    consumer = _consumer(settings)
+    consumer = _consumer(settings, clock.connect_deadline())
     await consumer.start()
     try:
         consumer.assign(tps)
@@ -245,10 +300,9 @@ async def follow(
             await consumer.position(tp)
         if ready is not None:
             ready()
-        loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else loop.time() + timeout
         while max_events is None or result.printed < max_events:
-            wait = _POLL_S if deadline is None else min(_POLL_S, deadline - loop.time())
+            left = clock.left()
+            wait = _POLL_S if left is None else min(_POLL_S, left)
             if wait <= 0:
                 break
             batch = await consumer.getmany(*tps, timeout_ms=int(wait * 1000))
