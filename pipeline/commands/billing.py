@@ -192,7 +192,7 @@ def _group_by(text: str) -> tuple[str, ...]:
 
 def _run(args: argparse.Namespace) -> int:
     from prism.sinks import BillingTotal, billing_report, billing_totals
-    from prism.sinks._billing import billing_sql, line_columns
+    from prism.sinks._billing import billing_sql, line_columns, to_utc
 
     if args.show_sql:
         database = args.database or "prism"
@@ -207,7 +207,13 @@ def _run(args: argparse.Namespace) -> int:
         else:
             start = start or first
             end = end or last + timedelta(milliseconds=1)  # --to is exclusive
-    lines = billing_report(client, database, start, end, tenant=args.tenant, group_by=args.group_by)
+    defaulted = args.start is None or args.end is None
+    if defaulted and to_utc(start) >= to_utc(end):  # e.g. --to -7d on a ledger of today
+        lines = []
+    else:
+        lines = billing_report(
+            client, database, start, end, tenant=args.tenant, group_by=args.group_by
+        )
     if not lines:
         period = f"from {_iso(start)} to {_iso(end)}"
         _explain_nothing(args, client, database, period, "leave out --from and --to for all of it")
@@ -309,7 +315,7 @@ def _explain_nothing(
             say(f"no billable usage for tenant {tenant!r} in the ledger; {near_hint}")
             return
     first, last = _span(client, database, tenant)
-    whose = f"tenant {tenant!r}'s" if tenant is not None else "the ledger's"
+    whose = "its" if tenant is not None else "the ledger's"
     if first is None or last is None:
         say(f"no billable usage {period}: the ledger holds none yet")
         return

@@ -90,6 +90,10 @@ def test_a_period_off_the_data_says_so_on_stderr(
         "prism-pipeline billing: no billable usage from 2020-01-01 to 2020-02-01; the "
         "ledger's billable usage runs from "
     )
+    # A bound given past the ledger's data, the other left to the ledger: nothing, said so.
+    code, out, err = _cli(capsys, "billing", "--from", "now", "--totals", *ledger)
+    assert code == 0 and "(0 rows)" in out and len(err.splitlines()) == 1
+    assert err.startswith("prism-pipeline billing: no billable usage from "), err
     code, out, err = _cli(capsys, "invoice", "--month", "2020-01", *ledger)
     assert code == 0 and len(err.splitlines()) == 1
     assert err.startswith("prism-pipeline invoice: no billable usage in 2020-01; the ledger's")
