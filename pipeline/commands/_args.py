@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from prism.pipeline.settings import Settings
 
-__all__ = ["PORT", "flag_names", "load_settings_from", "number", "whole"]
+__all__ = ["PORT", "flag_names", "identifier", "load_settings_from", "number", "whole"]
 
 # The attribute of the parsed arguments that maps a PRISM_* variable to the flag given for it.
 _FLAG_NAMES = "_prism_flag_names"
@@ -82,6 +83,17 @@ def number(
 
 
 PORT = whole(1, 65535)
+
+_IDENTIFIER_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+
+
+def identifier(text: str) -> str:
+    """A ``type=`` for a ClickHouse database name: a plain identifier, as the ledger needs."""
+    if not _IDENTIFIER_RE.fullmatch(text):
+        raise argparse.ArgumentTypeError(
+            f"must be a plain identifier ([A-Za-z_][A-Za-z0-9_]*, at most 64 chars), got {text!r}"
+        )
+    return text
 
 
 def load_settings_from(args: argparse.Namespace, options: Mapping[str, str]) -> Settings:

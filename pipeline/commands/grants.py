@@ -16,6 +16,8 @@ import sys
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from prism.pipeline.commands._args import identifier
+
 if TYPE_CHECKING:
     from pydantic import SecretStr
 
@@ -59,7 +61,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="DSN",
         help="administrator DSN for --execute (default PRISM_CLICKHOUSE_DSN)",
     )
-    p.add_argument("--database", help="ledger database (default PRISM_CLICKHOUSE_DATABASE, prism)")
+    p.add_argument(
+        "--database",
+        type=identifier,
+        help="ledger database (default PRISM_CLICKHOUSE_DATABASE, prism)",
+    )
     p.add_argument("--cluster", help="add ON CLUSTER (default PRISM_CLICKHOUSE_CLUSTER)")
     p.set_defaults(func=_run)
 
@@ -72,12 +78,14 @@ def _run(args: argparse.Namespace) -> int:
     database = args.database or settings.clickhouse_database
     cluster = args.cluster or settings.clickhouse_cluster
     if not args.execute:
+        # all of them first: a bad --database or --tenant prints its error and nothing else
+        statements = grants_sql(database, cluster=cluster, tenants=args.tenant)
         print(
             "-- prism-pipeline grants: least-privilege accounts for the ledger "
             f"{database!r} (SECURITY.md).\n-- Passwords are ${{VARIABLE}} placeholders: "
             "fill them with envsubst, or run `prism-pipeline grants --execute`."
         )
-        for statement in grants_sql(database, cluster=cluster, tenants=args.tenant):
+        for statement in statements:
             print(statement + ";")
         return 0
     users = accounts(args.tenant)

@@ -9,7 +9,7 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
-from prism.pipeline.commands._args import load_settings_from, whole
+from prism.pipeline.commands._args import identifier, load_settings_from, whole
 
 __all__ = ["register"]
 
@@ -48,6 +48,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--database",
+        type=identifier,
         metavar="NEW_DB",
         help="target database (default <PRISM_CLICKHOUSE_DATABASE>_rebuild_<UTC time>)",
     )

@@ -75,6 +75,21 @@ def test_a_batch_size_of_zero_is_refused_before_anything_runs(
     assert not ledger.exists()  # no ledger was opened, let alone written
 
 
+def test_a_bad_database_name_is_refused_before_anything_is_created_or_printed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ledger = tmp_path / "ledger"
+    code, err = _run(capsys, "rebuild", "--database", "bad name", "--clickhouse",
+                     f"chdb://{ledger}")  # fmt: skip
+    assert code == EXIT_USAGE and "--database" in err and "'bad name'" in err, err
+    assert not ledger.exists()  # the rebuild opened no ledger to find out
+    with pytest.raises(SystemExit) as done:
+        main(["grants", "--database", "bad name"])
+    out = capsys.readouterr()
+    assert done.value.code == EXIT_USAGE and "'bad name'" in out.err
+    assert out.out == ""  # not half a script: the header was printed before the error
+
+
 def test_options_that_bound_each_other_are_named(capsys: pytest.CaptureFixture[str]) -> None:
     code, err = _run(capsys, "simulate", "--out", "x.jsonl", "--runs", "3",
                      "--limit-death-burst", "5")  # fmt: skip
