@@ -63,6 +63,8 @@ def channel_thresholds(settings: Settings) -> ChannelThresholds:
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.out is not None and args.out.exists() and not args.out.is_dir():
+        raise ValueError(f"--out {args.out} is a file; name a directory")
     settings = load_settings()
     paths = build_all(args.out, alert_thresholds(settings), channel_thresholds(settings))
     for path in paths:

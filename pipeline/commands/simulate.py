@@ -221,6 +221,12 @@ def _run(args: argparse.Namespace) -> int:
             "nothing to do: give --out FILE, --manifest FILE and/or --kafka [BOOTSTRAP]"
         )
     _check(args)
+    for flag, path in (("--out", args.out), ("--manifest", args.manifest)):
+        # before simulating and publishing: a file that cannot be written loses nothing yet
+        if path is not None and not path.parent.is_dir():
+            raise ValueError(f"{flag} {path}: the directory {path.parent} does not exist")
+        if path is not None and path.is_dir():
+            raise ValueError(f"{flag} {path} is a directory; name a file")
     config = FleetConfig(
         runs=args.runs,
         seed=args.seed,

@@ -220,7 +220,8 @@ def _from_ledger(args: argparse.Namespace, settings: Settings) -> int:
     from prism import sinks
     from prism.pipeline.replay import replay_from_ledger
 
-    client = sinks.connect(settings.clickhouse_dsn, settings.clickhouse_database)
+    # a reader: a ledger that is not there is an error, not a new empty one
+    client = sinks.connect(settings.clickhouse_dsn, settings.clickhouse_database, create=False)
     result = replay_from_ledger(
         client, settings.clickhouse_database, args.run, _printer(args.format)
     )

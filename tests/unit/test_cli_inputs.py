@@ -160,3 +160,31 @@ def test_help_shows_examples(command: str, capsys: pytest.CaptureFixture[str]) -
     examples = text.split("\nexamples:\n", 1)[1].splitlines()
     assert sum(line.startswith(f"  prism-pipeline {command}") for line in examples) >= 2, text
     assert max(len(line) for line in text.splitlines()) <= 100  # wrapped, not one long line
+
+
+def test_a_path_that_cannot_be_used_is_named_before_any_work(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "no-such-dir" / "fleet.jsonl"
+    code, err = _run(capsys, "simulate", "--runs", "5", "--out", str(missing))
+    assert code == EXIT_USAGE, err
+    assert err == (
+        f"prism-pipeline simulate: error: --out {missing}: the directory {missing.parent} "
+        "does not exist\n"
+    )
+    code, err = _run(capsys, "simulate", "--runs", "5", "--manifest", str(tmp_path))
+    assert code == EXIT_USAGE and f"--manifest {tmp_path} is a directory" in err, err
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    code, err = _run(capsys, "dashboards", "build", "--out", str(a_file))
+    assert code == EXIT_USAGE and f"--out {a_file} is a file" in err, err
+
+
+def test_tail_from_a_ledger_that_is_not_there_creates_none(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ledger = tmp_path / "ledger"
+    code, err = _run(capsys, "tail", "--run", "r-1", "--from-ledger", "--clickhouse",
+                     f"chdb://{ledger}")  # fmt: skip
+    assert code == EXIT_USAGE and f"no ledger at {ledger}" in err, err
+    assert not ledger.exists()
