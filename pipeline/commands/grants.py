@@ -16,7 +16,7 @@ import sys
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from prism.pipeline.commands._args import identifier
+from prism.pipeline.commands._args import identifier, load_settings_from
 
 if TYPE_CHECKING:
     from pydantic import SecretStr
@@ -71,12 +71,18 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from prism.pipeline.settings import load_settings
     from prism.sinks import accounts, grants_sql
 
-    settings = load_settings()
-    database = args.database or settings.clickhouse_database
-    cluster = args.cluster or settings.clickhouse_cluster
+    settings = load_settings_from(
+        args,
+        {
+            "--clickhouse": "clickhouse_dsn",
+            "--database": "clickhouse_database",
+            "--cluster": "clickhouse_cluster",
+        },
+    )
+    database = settings.clickhouse_database
+    cluster = settings.clickhouse_cluster
     if not args.execute:
         # all of them first: a bad --database or --tenant prints its error and nothing else
         statements = grants_sql(database, cluster=cluster, tenants=args.tenant)
@@ -102,7 +108,7 @@ def _run(args: argparse.Namespace) -> int:
             f"{', '.join(placeholders)} still hold the placeholder of prism.env.example; "
             "set real passwords in .env"
         )
-    return _execute(args, args.clickhouse or settings.clickhouse_dsn, database, cluster, users)
+    return _execute(args, settings.clickhouse_dsn, database, cluster, users)
 
 
 _IDENTIFIED_RE = re.compile(r"(IDENTIFIED\s+WITH\s+\w+\s+BY\s+).*?(\s+DEFAULT\s+DATABASE)", re.S)

@@ -4,10 +4,18 @@ from __future__ import annotations
 
 import argparse
 
-from prism.pipeline.commands._args import whole
+from prism.pipeline.commands._args import load_settings_from, whole
 from prism.pipeline.commands.query import add_connection_args, connection
 
 __all__ = ["register"]
+
+# option -> setting field
+_OPTIONS = {
+    "--clickhouse": "clickhouse_dsn",
+    "--database": "clickhouse_database",
+    "--cluster": "clickhouse_cluster",
+    "--raw-event-ttl-days": "raw_event_ttl_days",
+}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -34,18 +42,15 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from prism.pipeline.settings import load_settings
     from prism.sinks import migrate
 
-    settings = load_settings()
+    settings = load_settings_from(args, _OPTIONS)  # each value named by how it was given
     client, database = connection(args)
     applied = migrate(
         client,
         database,
-        cluster=args.cluster or settings.clickhouse_cluster,
-        raw_event_ttl_days=args.raw_event_ttl_days
-        if args.raw_event_ttl_days is not None
-        else settings.raw_event_ttl_days,
+        cluster=settings.clickhouse_cluster,
+        raw_event_ttl_days=settings.raw_event_ttl_days,
     )
     if applied:
         print(f"{database}: applied {', '.join(applied)}")

@@ -188,3 +188,14 @@ def test_tail_from_a_ledger_that_is_not_there_creates_none(
                      f"chdb://{ledger}")  # fmt: skip
     assert code == EXIT_USAGE and f"no ledger at {ledger}" in err, err
     assert not ledger.exists()
+
+
+def test_a_flag_given_is_used_instead_of_a_bad_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("PRISM_CLICKHOUSE_DSN", "bogus://x")
+    for name in ("WRITER", "READER", "GRAFANA"):
+        monkeypatch.delenv(f"CLICKHOUSE_{name}_PASSWORD", raising=False)
+    code, err = _run(capsys, "grants", "--execute", "--clickhouse", f"chdb://{tmp_path / 'l'}")
+    assert code == EXIT_USAGE and "needs the account passwords" in err, err
+    assert "PRISM_CLICKHOUSE_DSN" not in err
