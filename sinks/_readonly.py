@@ -66,6 +66,7 @@ _IN_FUNCTIONS = frozenset(
 )  # fmt: skip
 _SUFFIX_RE = re.compile(r"(?: \(alias .*?\))?(?: \(children \d+\))?$")
 _NO_SETTINGS = "SETTINGS are not allowed: `query` runs with readonly=1 and the server's settings"
+_LEAD_RE = re.compile(r"^(?:\s+|--[^\n]*|#[^\n]*|/\*.*?\*/|\()*", re.S)
 _SCOPE_RE = re.compile(r":? In scope SELECT formatQuerySingleLine\(.*$", re.S)
 
 
@@ -105,6 +106,13 @@ def check_read_only(
         raise LedgerReadOnlyError(
             f"{_statement_name(words)} is not allowed: `query` runs one {ALLOWED_STATEMENTS} "
             "(an operator who means to change the ledger adds --allow-writes)"
+        )
+    if head in ("SELECT", "WITH") and _first_word(sql) not in ("SELECT", "WITH", "FROM"):
+        # ClickHouse may read a bare expression as a SELECT (implicit_select): "SELEC x"
+        # becomes "SELECT SELEC AS x". A typo of a keyword is a parse error, said as one.
+        raise QuerySyntaxError(
+            f"parse error: {_first_word(sql) or sql.strip()[:20]!r} is not a statement keyword "
+            f"(ClickHouse would read it as {statement[:80]!r}); start with SELECT or WITH"
         )
     root = _tree(client, statement, parameters)
     if root.kind not in _TOP_NODES[head]:
@@ -154,6 +162,13 @@ def _syntax_message(text: str) -> str:
         items = expected.split(", ")
         text = before + marker + ", ".join(items[:8]) + (", ..." if len(items) > 8 else "")
     return text
+
+
+def _first_word(sql: str) -> str:
+    """The statement's first word, past comments, blanks and opening parentheses."""
+    rest = _LEAD_RE.sub("", sql)
+    match = re.match(r"[A-Za-z_]+", rest)
+    return match[0].upper() if match else ""
 
 
 def _statement_name(words: list[str]) -> str:

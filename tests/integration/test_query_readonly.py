@@ -118,6 +118,8 @@ READS = [
     "SELECT file_name, url_path FROM (SELECT 1 AS file_name, 2 AS url_path)",
     "SELECT 'a\\' ; DROP TABLE x --'",  # one string: \\' escapes the quote in ClickHouse
     "SELECT count() FROM runs WHERE tenant_id = {{tenant:String}}",
+    "FROM runs SELECT count()",
+    "/* c */ ((SELECT 1))",
 ]
 
 
@@ -219,6 +221,8 @@ def test_the_ledger_tables_come_from_the_ledger_database(ch_client: Any, ledger:
     ("sql", "says"),
     [
         ("SELEC 1", "parse error: Syntax error: failed at position 7 (1): 1. Expected one of:"),
+        ("SELEC status FROM runs", "parse error: 'SELEC' is not a statement keyword (ClickHouse "
+         "would read it as 'SELECT SELEC AS status FROM runs'); start with SELECT or WITH"),
         ("SELECT status FROM runs WHERE", "parse error: Syntax error: failed at position"),
         ("SELECT (1", "parse error: Syntax error: failed at position 10 (end of query): (1. "
          "Unmatched parentheses"),
