@@ -131,6 +131,11 @@ def _run(args: argparse.Namespace) -> int:
     from prism.sinks._readonly import QuerySyntaxError
 
     params = _parameters(args.params)
+    unused = [n for n in params or {} if not re.search(r"\{\s*" + n + r"\s*:", args.sql)]
+    if unused:  # the driver would also read a '%' of the SQL as a format character
+        raise ValueError(
+            f"--param {unused[0]} fills nothing: the SQL has no {{{unused[0]}:Type}} placeholder"
+        )
     client, database = connection(args, read_only=not args.allow_writes)
     if args.allow_writes:
         result = query(client, args.sql, params)

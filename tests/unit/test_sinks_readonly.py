@@ -29,3 +29,14 @@ def test_help_says_what_runs_and_what_is_refused(capsys: pytest.CaptureFixture[s
     text = " ".join(capsys.readouterr().out.split())
     assert "--allow-writes" in text and "readonly=1" in text and "file()" in text
     assert "ClickHouse parses the statement" in text and "examples:" in text
+
+
+def test_a_param_that_fills_no_placeholder_is_named(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    sql = "SELECT count() FROM runs WHERE run_id LIKE 'run%'"
+    assert main(["query", sql, "--param", "tenant=acme"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "prism-pipeline query: error: --param tenant fills nothing: the SQL has no "
+        "{tenant:Type} placeholder"
+    )
