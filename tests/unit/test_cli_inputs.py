@@ -7,6 +7,7 @@ the user gave rather than the variable it overrides, and ``--help`` shows exampl
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 import pytest
@@ -40,14 +41,14 @@ def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
         (["tail", "--run", "r-1", "--timeout", "-1"], "--timeout", "-1"),
         (["tail", "--run", "r-1", "--timeout", "nan"], "--timeout", "nan"),
         (["tail", "--run", "r-1", "--timeout", "soon"], "--timeout", "soon"),
-        (["simulate", "--out", "x.jsonl", "--runs", "0"], "--runs", "0"),
-        (["simulate", "--out", "x.jsonl", "--seed", "1.5"], "--seed", "1.5"),
-        (["simulate", "--out", "x.jsonl", "--reorder-window", "-1"], "--reorder-window", "-1"),
-        (["simulate", "--out", "x.jsonl", "--partitions", "0"], "--partitions", "0"),
-        (["simulate", "--out", "x.jsonl", "--alert-threshold", "0"], "--alert-threshold", "0"),
-        (["simulate", "--out", "x.jsonl", "--max-event-bytes", "5"], "--max-event-bytes", "5"),
-        (["simulate", "--out", "x.jsonl", "--stale-after", "0"], "--stale-after", "0"),
-        (["simulate", "--out", "x.jsonl", "--rate", "inf"], "--rate", "inf"),
+        (["simulate", "--out", os.devnull, "--runs", "0"], "--runs", "0"),
+        (["simulate", "--out", os.devnull, "--seed", "1.5"], "--seed", "1.5"),
+        (["simulate", "--out", os.devnull, "--reorder-window", "-1"], "--reorder-window", "-1"),
+        (["simulate", "--out", os.devnull, "--partitions", "0"], "--partitions", "0"),
+        (["simulate", "--out", os.devnull, "--alert-threshold", "0"], "--alert-threshold", "0"),
+        (["simulate", "--out", os.devnull, "--max-event-bytes", "5"], "--max-event-bytes", "5"),
+        (["simulate", "--out", os.devnull, "--stale-after", "0"], "--stale-after", "0"),
+        (["simulate", "--out", os.devnull, "--rate", "inf"], "--rate", "inf"),
         (["devstack", "kafka", "up", "--port", "0"], "--port", "0"),
         (["devstack", "kafka", "up", "--port", "70000"], "--port", "70000"),
         (["migrate", "--raw-event-ttl-days", "0"], "--raw-event-ttl-days", "0"),
@@ -91,11 +92,11 @@ def test_a_bad_database_name_is_refused_before_anything_is_created_or_printed(
 
 
 def test_options_that_bound_each_other_are_named(capsys: pytest.CaptureFixture[str]) -> None:
-    code, err = _run(capsys, "simulate", "--out", "x.jsonl", "--runs", "3",
+    code, err = _run(capsys, "simulate", "--out", os.devnull, "--runs", "3",
                      "--limit-death-burst", "5")  # fmt: skip
     assert code == EXIT_USAGE
     assert err == "prism-pipeline simulate: error: --limit-death-burst 5 is more than --runs 3\n"
-    code, err = _run(capsys, "simulate", "--out", "x.jsonl", "--hostile", "0.1",
+    code, err = _run(capsys, "simulate", "--out", os.devnull, "--hostile", "0.1",
                      "--partitions", "1")  # fmt: skip
     assert code == EXIT_USAGE and "--hostile needs --partitions >= 2" in err, err
 
