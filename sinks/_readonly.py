@@ -107,7 +107,7 @@ def check_read_only(
             f"{_statement_name(words)} is not allowed: `query` runs one {ALLOWED_STATEMENTS} "
             "(an operator who means to change the ledger adds --allow-writes)"
         )
-    if head in ("SELECT", "WITH") and _first_word(sql) not in ("SELECT", "WITH", "FROM"):
+    if head in ("SELECT", "WITH", "(") and _first_word(sql) not in ("SELECT", "WITH", "FROM"):
         # ClickHouse may read a bare expression as a SELECT (implicit_select): "SELEC x"
         # becomes "SELECT SELEC AS x". A typo of a keyword is a parse error, said as one.
         raise QuerySyntaxError(
