@@ -4,9 +4,12 @@ A synthetic fleet (1M usage rows and 1M raw events; quick mode 100k each, plus t
 and turns of those runs) goes through ``LedgerWriter`` into a fresh chDB database under a
 temporary path, spread over two calendar months in time order (a third of the runs use a
 model that only estimates usage, and each of those has one estimate superseded by a
-reported row). Then, 50 times each: the billing report for the previous month, all tenants
-and one tenant; ``run_timeline`` for a random run; and the billing report again once the
-month's parts are merged (as a past month's are). Targets: p95 <= 100 ms for both queries.
+reported row). Then the first billing report of the previous month (``billing_first_ms``:
+it refreshes the month's day rollup, sinks/_rollup.py), and 50 times each: the billing
+report for the previous month, all tenants and one tenant; the same from the rows alone
+(``*_rows``, ``rollup=False``: the reference, what every report read before the rollup);
+``run_timeline`` for a random run; and the billing report again once the month's parts are
+merged (as a past month's are). Targets: p95 <= 100 ms for both queries.
 
 chDB hosts one engine per process, so ``run()`` does the work in a child process.
 Run: ``.venv/bin/python -m bench.bench_ledger [--quick]``.
@@ -198,10 +201,23 @@ def _child(quick: bool) -> list[dict[str, Any]]:
         def timeline() -> Any:
             return run_timeline(client, "bench", f"run-{rng.randrange(n_runs):08d}")
 
+        def rows_all() -> Any:
+            return billing_report(client, "bench", prev, this, rollup=False)
+
+        def rows_one() -> Any:
+            tenant = f"tenant-{rng.randrange(TENANTS):02d}"
+            return billing_report(client, "bench", prev, this, tenant=tenant, rollup=False)
+
+        t0 = time.perf_counter()
+        first = billing_all()
+        rows.append(_row("billing_first_ms", (time.perf_counter() - t0) * 1000, "ms"))
+        assert first == rows_all(), "the rollup's report differs from the rows' report"
         cases = [
             ("billing_month_all_tenants", billing_all),
             ("billing_month_one_tenant", billing_one),
             ("run_timeline", timeline),
+            ("billing_month_all_tenants_rows", rows_all),
+            ("billing_month_one_tenant_rows", rows_one),
         ]
         rows += _timed(cases)
         # A past month's usage is normally merged by then: measure billing on merged parts too.
