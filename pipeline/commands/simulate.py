@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import math
 import sys
 from datetime import datetime
@@ -277,6 +278,8 @@ def _run(args: argparse.Namespace) -> int:
         write_manifest(fleet, args.manifest)
         print(f"wrote manifest to {args.manifest}")
     if args.kafka is not None:
+        if not args.verbose:  # a failure ends in one line of ours; -v shows the client's log
+            logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
         # --kafka alone (an empty value) takes PRISM_KAFKA_BOOTSTRAP_SERVERS
         settings = load_settings_from(
             args, {"--kafka": "kafka_bootstrap_servers"} if args.kafka else {}

@@ -126,6 +126,9 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def _check(args: argparse.Namespace) -> None:
+    for flag, value in (("--run", args.run), ("--operation", args.operation)):
+        if value is not None and not value.strip():
+            raise ValueError(f"{flag} needs an id, got {value!r}")
     follow_only = [
         name
         for name, given in (

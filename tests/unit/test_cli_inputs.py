@@ -200,3 +200,28 @@ def test_a_flag_given_is_used_instead_of_a_bad_variable(
     code, err = _run(capsys, "grants", "--execute", "--clickhouse", f"chdb://{tmp_path / 'l'}")
     assert code == EXIT_USAGE and "needs the account passwords" in err, err
     assert "PRISM_CLICKHOUSE_DSN" not in err
+
+
+def test_an_id_that_is_empty_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    code, err = _run(capsys, "tail", "--run", " ")
+    assert (code, err) == (EXIT_USAGE, "prism-pipeline tail: error: --run needs an id, got ' '\n")
+    code, err = _run(capsys, "tail", "--operation", "")
+    assert code == EXIT_USAGE and "--operation needs an id" in err, err
+
+
+def test_simulate_to_a_broker_nobody_runs_fails_in_one_line(tmp_path: Path) -> None:
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nobody listens there
+    out = subprocess.run(
+        [sys.executable, "-m", "prism.pipeline.cli", "simulate", "--runs", "5",
+         "--kafka", f"127.0.0.1:{port}"],
+        capture_output=True, text=True, timeout=120, check=False, cwd=tmp_path,
+    )  # fmt: skip
+    assert out.returncode == 1
+    assert out.stderr.startswith("prism-pipeline simulate: error: cannot connect to Kafka")
+    assert out.stderr.count("\n") == 1, out.stderr  # not the client's own ERROR line first
