@@ -60,6 +60,10 @@ _ROLLUP_EXPRS = {
     "month": ("month", "formatDateTime(r.day, '%Y-%m')"),
 }
 _LINE_KEY = ("kind", "currency", "confidence", "priced_by")
+# ClickHouse's Date ends on 2149-06-06: toDate() of a later time wraps around (to 1970 and
+# on), in the report's "day" and in usage_store's sorting key alike. The rollup covers
+# whole months before it; a period that reaches past it reads rows, as the report did.
+_DATE_END = datetime(2149, 6, 1, tzinfo=UTC)
 _TOKENS = (
     "input_tokens",
     "output_tokens",
@@ -211,6 +215,8 @@ def plan_rollup(
     table = _table(client, database)
     if table is None or table.replicated:
         return None
+    if _midnight(end_day) > _DATE_END:
+        return None  # see _DATE_END
     months = sorted(
         pid
         for pid in table.parts
@@ -252,7 +258,11 @@ def refresh_billing_rollup(
     table = _table(client, database)
     if table is None or table.replicated:
         return []
-    wanted = sorted(table.parts if months is None else set(months) & set(table.parts))
+    wanted = sorted(
+        pid
+        for pid in (table.parts if months is None else set(months) & set(table.parts))
+        if _month_end(pid) <= _DATE_END
+    )
     manifests = _manifests(client, database, wanted)
     done = []
     for pid in wanted:

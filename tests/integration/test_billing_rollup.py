@@ -52,6 +52,8 @@ PERIODS = [
     (datetime(2026, 11, 30, 11, 30, tzinfo=UTC), DEC),
     (datetime(2026, 10, 2, 7, tzinfo=UTC), datetime(2026, 11, 30, tzinfo=UTC)),
     (datetime(2026, 1, 1, tzinfo=UTC), datetime(2200, 1, 1, tzinfo=UTC)),
+    (datetime(2026, 1, 1, tzinfo=UTC), datetime(2149, 6, 1, tzinfo=UTC)),
+    (datetime(2199, 6, 1, tzinfo=UTC), datetime(2199, 6, 2, tzinfo=UTC)),  # skewed clocks
 ]
 
 
@@ -326,3 +328,26 @@ def test_a_month_is_refreshed_only_once_it_is_over(ch_client: Any, fresh_ledger:
         ch_client, db, NOV, DEC, rollup=False
     )
     assert _uses_rollup(ch_client, db) == (DEC.date() <= today.date())
+
+
+def test_times_past_the_date_range_read_rows(ch_client: Any, fresh_ledger: Any) -> None:
+    """toDate() wraps after 2149-06-06: months from June 2149 on are never rolled up."""
+    db = fresh_ledger()
+    when = [datetime(2149, 5, 31, tzinfo=UTC), datetime(2149, 6, 5, tzinfo=UTC)]
+    when += [datetime(2199, 6, 1, tzinfo=UTC), datetime(2199, 6, 2, tzinfo=UTC)]
+    rows = [_u(f"f{i}", turn=i, recorded_at=t) for i, t in enumerate(when, 1)]
+    _write(ch_client, db, _batch(*rows), SOURCE, 0)
+    assert refresh_billing_rollup(ch_client, db) == ["214905"]
+    for lo, hi in [
+        (datetime(2149, 5, 1, tzinfo=UTC), datetime(2149, 6, 1, tzinfo=UTC)),
+        (datetime(2149, 5, 1, tzinfo=UTC), datetime(2149, 7, 1, tzinfo=UTC)),
+        (datetime(2199, 6, 1, tzinfo=UTC), datetime(2199, 6, 2, tzinfo=UTC)),
+        (datetime(2026, 1, 1, tzinfo=UTC), datetime(2200, 1, 1, tzinfo=UTC)),
+    ]:
+        for dims in (("tenant",), ("day",)):
+            assert billing_report(ch_client, db, lo, hi, group_by=dims) == billing_report(
+                ch_client, db, lo, hi, group_by=dims, rollup=False
+            ), (lo, hi, dims)
+    assert _uses_rollup(
+        ch_client, db, datetime(2149, 5, 1, tzinfo=UTC), datetime(2149, 6, 1, tzinfo=UTC)
+    )
