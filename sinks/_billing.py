@@ -23,7 +23,7 @@ from clickhouse_connect.driver.client import Client
 
 from prism.sinks._client import validate_identifier
 from prism.sinks._errors import LedgerConfigError, LedgerQueryError
-from prism.sinks._rollup import ROLLUP_DIMENSIONS, groupable, rollup_report
+from prism.sinks._rollup import EXACT, ROLLUP_DIMENSIONS, groupable, rollup_report
 from prism.sinks._rollup import refresh_billing_rollup as _refresh_rollup
 
 __all__ = [
@@ -405,7 +405,7 @@ def billing_totals(lines: Iterable[BillingLine]) -> list[BillingTotal]:
             if value is not None:
                 t[name] = (t[name] or 0) + value
         if line.cost is not None:
-            t["cost"] = (t["cost"] or Decimal(0)) + line.cost
+            t["cost"] = EXACT.add(t["cost"] or Decimal(0), line.cost)
     order = sorted(acc, key=lambda k: (k[0] != "reported", k[0], k[1] is None, k[1] or ""))
     return [BillingTotal(kind=k[0], currency=k[1], **acc[k]) for k in order]
 

@@ -29,6 +29,7 @@ import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
+from decimal import Context, Decimal
 from typing import Any
 
 from clickhouse_connect.driver.client import Client
@@ -36,6 +37,7 @@ from clickhouse_connect.driver.client import Client
 from prism.sinks._client import validate_identifier
 
 __all__ = [
+    "EXACT",
     "ROLLUP_DIMENSIONS",
     "RollupPlan",
     "groupable",
@@ -60,6 +62,8 @@ _ROLLUP_EXPRS = {
     "month": ("month", "formatDateTime(r.day, '%Y-%m')"),
 }
 _LINE_KEY = ("kind", "currency", "confidence", "priced_by")
+# Decimal(38, 12) sums, exactly: Python's default context keeps 28 significant digits.
+EXACT = Context(prec=80)
 # ClickHouse's Date ends on 2149-06-06: toDate() of a later time wraps around (to 1970 and
 # on), in the report's "day" and in usage_store's sorting key alike. The rollup covers
 # whole months before it; a period that reaches past it reads rows, as the report did.
@@ -155,8 +159,19 @@ class _Part:
 @dataclass(frozen=True, slots=True)
 class _Table:
     uuid: str
-    replicated: bool
+    engine: str  # engine_full
     parts: dict[str, tuple[_Part, ...]]  # partition id (YYYYMM) -> its active parts
+
+    @property
+    def usable(self) -> bool:
+        """Whether parts say when data changed: not replicated (parts may show out of block
+        order), no TTL (a TTL merge deletes rows), only month partitions (no patch parts of
+        lightweight updates, which change a month without changing its parts)."""
+        return (
+            not self.engine.startswith("Replicated")
+            and " TTL " not in f" {self.engine} "
+            and all(len(pid) == 6 and pid.isdigit() for pid in self.parts)
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,7 +228,7 @@ def plan_rollup(
     if first_day >= end_day:
         return None
     table = _table(client, database)
-    if table is None or table.replicated:
+    if table is None or not table.usable:
         return None
     if _midnight(end_day) > _DATE_END:
         return None  # see _DATE_END
@@ -256,7 +271,7 @@ def refresh_billing_rollup(
     """Refresh the rollup of ``months`` (``YYYYMM``; default every month with usage) whose
     lines are stale; return the months refreshed. A month written to meanwhile is skipped."""
     table = _table(client, database)
-    if table is None or table.replicated:
+    if table is None or not table.usable:
         return []
     wanted = sorted(
         pid
@@ -350,10 +365,13 @@ def merge_lines(
 
 
 def _add(a: Any, b: Any) -> Any:
+    """a + b where None is absent; Decimals exactly (the default context rounds at 28 digits)."""
     if a is None:
         return b
     if b is None:
         return a
+    if isinstance(a, Decimal):
+        return EXACT.add(a, b)
     return a + b
 
 
@@ -387,8 +405,8 @@ def _joined(ranges: list[tuple[datetime, datetime]]) -> list[tuple[datetime, dat
 def _table(client: Client, database: str) -> _Table | None:
     """usage_store's uuid, engine and active parts, or None when it does not exist."""
     rows = client.query(
-        "SELECT toString(uuid) AS u, engine AS e, '' AS p, toInt64(0) AS lo, toInt64(0) AS hi, "
-        "toUInt64(0) AS dv FROM system.tables "
+        "SELECT toString(uuid) AS u, engine_full AS e, '' AS p, toInt64(0) AS lo, "
+        "toInt64(0) AS hi, toUInt64(0) AS dv FROM system.tables "
         "WHERE database = {db:String} AND name = 'usage_store' "
         "UNION ALL "
         "SELECT '', '', partition_id, toInt64(min_block_number), toInt64(max_block_number), "
@@ -405,7 +423,7 @@ def _table(client: Client, database: str) -> _Table | None:
             parts.setdefault(str(pid), []).append(_Part(int(lo), int(hi), int(dv)))
     return _Table(
         uuid=str(found[0][0]),
-        replicated=str(found[0][1]).startswith("Replicated"),
+        engine=str(found[0][1]),
         parts={pid: tuple(sorted(ps, key=lambda p: p.min_block)) for pid, ps in parts.items()},
     )
 
