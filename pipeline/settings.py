@@ -102,6 +102,7 @@ class Topics:
     runs_closed: str
     alerts: str
     limit_deaths: str
+    lane_marks: str
 
     @classmethod
     def from_prefix(cls, prefix: str) -> Topics:
@@ -112,6 +113,7 @@ class Topics:
             runs_closed=f"{prefix}.runs.closed",
             alerts=f"{prefix}.alerts",
             limit_deaths=f"{prefix}.limit-deaths",
+            lane_marks=f"{prefix}.lane-marks",
         )
 
     @property

@@ -44,6 +44,7 @@ async def _ensure_topics(settings: Settings, extra: dict[str, int] | None) -> li
     # moment earlier (faust then refuses table writes until its metadata refreshes).
     compacted = {f"{settings.consumer_group}-{table}-changelog": n for table, n in
                  (("run-state", settings.partitions), ("alert-state", 1))}  # fmt: skip
+    compacted[t.lane_marks] = 1  # each lane's latest event-time report (worker/_marks.py)
     wanted.update(compacted)
     admin = AIOKafkaAdminClient(**settings.aiokafka_kwargs())
     try:

@@ -324,14 +324,16 @@ def death_record(death: LimitDeath) -> OutRecord:
     return OutRecord(key=death.run_id.encode(), value=orjson.dumps(value))
 
 
-def lane_record(lane: int, report: LaneReport) -> OutRecord:
-    """A lane's event-time report, from which the alerter takes the pipeline watermark."""
+def lane_record(lane: int, report: LaneReport, at: float = 0.0) -> OutRecord:
+    """A lane's event-time report, sent at processing time ``at``: the alerter and every
+    worker take the pipeline watermark from these."""
     value = {
         "lane": lane,
         "mark": report.mark_us,
         "pending": report.pending_us,
         "idle": report.idle,
         "quiet": report.quiet,
+        "at": at,
     }
     return OutRecord(key=b"lane:%d" % lane, value=orjson.dumps(value))
 

@@ -87,20 +87,43 @@ class EventClock:
     ahead of everyone else.
     """
 
-    __slots__ = ("_behind", "_marks", "max_skew_us")
+    __slots__ = ("_behind", "_marks", "_remote", "_remote_held", "_remote_top", "max_skew_us")
 
     def __init__(self, max_skew_s: float = 300.0) -> None:
         self.max_skew_us = int(max_skew_s * _US)
         self._marks: dict[int, int] = {}
         self._behind: set[int] = set()
+        # lanes other processes hold: lane -> (mark, idle), and what they add up to
+        self._remote: dict[int, tuple[int, bool]] = {}
+        self._remote_top = 0
+        self._remote_held: int | None = None
 
     @property
     def watermark_us(self) -> int:
-        if not self._marks:
+        if not self._marks and not self._remote:
             return 0
-        top = max(self._marks.values())
+        top = max(max(self._marks.values(), default=0), self._remote_top)
         held = [self._marks[p] for p in self._behind if p in self._marks]
+        if self._remote_held is not None:
+            held.append(self._remote_held)
         return min(top, *held) if held else top
+
+    def remote(self, lane: int, mark_us: int, idle: bool) -> None:
+        """A lane another process holds, as it last reported: its mark moves the watermark,
+        and holds it back while the lane is not idle (one watermark across processes)."""
+        if self._remote.get(lane) != (mark_us, idle):
+            self._remote[lane] = (mark_us, idle)
+            self._sum_remote()
+
+    def forget_remote(self, lane: int) -> None:
+        """A remote lane that this process now holds, or whose report expired."""
+        if self._remote.pop(lane, None) is not None:
+            self._sum_remote()
+
+    def _sum_remote(self) -> None:
+        marks = self._remote.values()
+        self._remote_top = max((m for m, _ in marks), default=0)
+        self._remote_held = min((m for m, idle in marks if not idle), default=None)
 
     def observe(self, partition: int, ts_us: int, now: float) -> bool:
         """Advance ``partition``'s mark on an event seen at processing time ``now``.

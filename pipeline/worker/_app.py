@@ -90,6 +90,7 @@ from ._faust import (
 )
 from ._gc import GcPolicy
 from ._lanes import lane_of, source_of
+from ._marks import REPORT_HEARTBEAT_S, LaneMarks
 from ._offsets import ReadBack
 from ._produce import ProducedRecord, RecordProducer
 from ._telemetry import WorkerTelemetry
@@ -175,7 +176,8 @@ class PipelineWorker:
         )
         self.last_offset: dict[int, int] = {}  # lane -> last offset of its last batch
         self.alerter: ExhaustionAlerter | None = None
-        self._reported: dict[int, LaneReport] = {}  # lane -> its report last sent
+        self._reported: dict[int, tuple[LaneReport, float]] = {}  # lane -> last sent, when
+        self.marks = LaneMarks(self.topics.lane_marks, settings.aiokafka_kwargs())
         self._idle_since: dict[int, float] = {}  # lane -> processing time it went idle
         self._loaded: set[int] = set()
         self._epoch: int | None = None  # the rebalance epoch of the lanes in memory
@@ -202,6 +204,7 @@ class PipelineWorker:
         self._in_hand: frozenset[int] = frozenset()  # the lanes of the batch being handled
         self.bulk.install()
         self.app.task(self._bulk_agent)
+        self.app.task(self._marks_agent)
         # The agent subscribes the input topics (and co-partitions the tables with them);
         # their records come through the bulk intake, so it sees none once that is installed.
         self.app.agent(self.input, name="prism-events")(cast(Any, self._events_agent))
@@ -211,6 +214,21 @@ class PipelineWorker:
         self.app.timer(interval=self._tick_interval)(self._tick)
         self.app.on_partitions_revoked.connect(cast(Any, self._on_revoked))
         self.app.on_before_shutdown.connect(cast(Any, self._on_shutdown))
+
+    async def _marks_agent(self) -> None:
+        """Follow every lane's event-time report (one watermark across processes)."""
+        await self.marks.run(lambda: self._stopping)
+
+    def _apply_marks(self, now: float) -> None:
+        """Under the lock, before a step or tick: the lanes other processes hold join the
+        clock (``_marks``); those this process holds are its own."""
+        try:
+            assigned = self.app.consumer.assignment()
+        except Exception:  # no consumer assignment yet
+            assigned = set()
+        held = {lane_of(self.topics, tp.topic, tp.partition) for tp in assigned}
+        held |= set(self.intake.processors) | set(self.intake.channels)
+        self.marks.apply(self.intake.clock, cast(set[int], held), now)
 
     # -- the input topic ----------------------------------------------------------------
     async def _bulk_agent(self) -> None:
@@ -286,6 +304,7 @@ class PipelineWorker:
         self.last_offset.update((p, recs[-1].offset) for p, recs in batches.items())
         ack_from: dict[int, int] = {}
         self._restore_assigned()
+        self._apply_marks(self.clock())
         for partition in sorted(batches):
             self._restore(partition)
             batches[partition], ack_from[partition] = await self._without_gaps(
@@ -500,10 +519,13 @@ class PipelineWorker:
         recs += [_record(t.runs_closed, r) for r in out.closed]
         recs += [_record(t.alerts, r) for r in out.alerts]
         recs += [_record(t.limit_deaths, death_record(d), 0) for d in out.limit_deaths]
+        at = self.clock()
         for lane, report in (reports or {}).items():
             if lane in self.intake.processors or lane in self.intake.channels:
-                recs.append(_record(t.limit_deaths, lane_record(lane, report), 0))
-                self._reported[lane] = report
+                record = lane_record(lane, report, at)
+                recs.append(_record(t.limit_deaths, record, 0))
+                recs.append(_record(t.lane_marks, record, 0))
+                self._reported[lane] = (report, at)
         recs += self._state_records(out.state_writes, epoch)
         await self.producer.send_all(recs)
 
@@ -556,6 +578,10 @@ class PipelineWorker:
             ),
         )
         self._loaded.add(partition)
+        done = self.intake.next_offset(partition)
+        if done is not None:  # held and processed before: the timer ticks it from now on,
+            # so its runs go stale and its grace periods end though no record arrives
+            self.last_offset.setdefault(partition, done - 1)
         items = sum(len(p.items) for p in self.intake.lane(partition))
         log.info("lane %d: restored %d runs or channel operations", partition, items)
 
@@ -593,6 +619,7 @@ class PipelineWorker:
                     self.gc.full_passes, self.gc.last_pause, self.gc.collected,
                 )  # fmt: skip
             self._restore_assigned()
+            self._apply_marks(now)
             lanes = set(self.intake.processors) | set(self.intake.channels)
             live = [p for p in sorted(lanes) if p in self.last_offset]
             if not live:
@@ -644,13 +671,15 @@ class PipelineWorker:
         for lane in sorted(cast(set[int], lanes)):
             end = highwater(self.app, self._tp(lane))
             idle = end is not None and end <= (self.intake.next_offset(lane) or 0)
+            since = now
             if idle:
                 since = self._idle_since.setdefault(lane, now)
             else:
-                since = self._idle_since.pop(lane, None) or now
+                self._idle_since.pop(lane, None)
             quiet = idle and now - since >= lateness
             report = self.intake.lane_report(lane, idle=idle, quiet=quiet)
-            if self._reported.get(lane) != report:
+            last, at = self._reported.get(lane, (None, 0.0))
+            if last != report or now - at >= REPORT_HEARTBEAT_S:  # unchanged ones expire
                 changed[lane] = report
         return changed
 
@@ -826,6 +855,7 @@ class PipelineWorker:
                     log.exception("closing alert sink %r failed", sink)
         self.telemetry.stopped()  # stats file + the summary line
         await self.read_back.close()
+        await self.marks.close()
         await self.producer.close()
         await self.read_back_channel.close()
 

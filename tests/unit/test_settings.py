@@ -23,7 +23,7 @@ def test_defaults_run_locally(monkeypatch: pytest.MonkeyPatch) -> None:
     assert s.redact_keys == DEFAULT_DENY and s.alert_webhook_url is None
     assert s.topics == Topics(
         "prism.agent-events", "prism.agent-events.dlq", "prism.agent-events.quarantine",
-        "prism.runs.closed", "prism.alerts", "prism.limit-deaths",
+        "prism.runs.closed", "prism.alerts", "prism.limit-deaths", "prism.lane-marks",
     )  # fmt: skip
     assert s.aiokafka_kwargs() == {
         "bootstrap_servers": "127.0.0.1:9092",

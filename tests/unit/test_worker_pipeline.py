@@ -96,9 +96,14 @@ def _batch(w: PipelineWorker, recs: list[InRecord]) -> Any:
     return w._handle_batch({0: list(recs)})
 
 
-def _watermarks(records: list[Any]) -> list[int]:
-    """The event-time marks of the lane reports among ``records`` (rule 16)."""
-    return [orjson.loads(r.value)["mark"] for r in records if r.key.startswith(b"lane:")]
+def _watermarks(records: list[Any], topic: str = ".limit-deaths") -> list[int]:
+    """The event-time marks of the lane reports among ``records`` sent to the alerter's
+    topic (rule 16), or to another ``topic``."""
+    return [
+        orjson.loads(r.value)["mark"]
+        for r in records
+        if r.key.startswith(b"lane:") and r.topic.endswith(topic)
+    ]
 
 
 def _state(w: PipelineWorker, records: list[Any]) -> list[Any]:
@@ -151,6 +156,9 @@ def test_outputs_state_and_acks_follow_the_ledger_in_batch_order(worker: Any) ->
     # batch 1 reports the mark it was stored with, though batch 2 was stepped since
     assert _watermarks(first_out) == [wm1]
     assert _watermarks(second_out) == [wm2]
+    # the same reports go to the lane-marks topic every worker reads (one watermark)
+    assert _watermarks(first_out, ".lane-marks") == [wm1]
+    assert _watermarks(second_out, ".lane-marks") == [wm2]
     assert _state(w, first_out) and _state(w, second_out)
     assert all(r.partition == 0 for r in _state(w, first_out + second_out))
 
