@@ -283,9 +283,15 @@ def test_a_chdb_path_with_a_missing_parent_is_refused_by_the_cli(
     from prism.pipeline.cli import main
 
     missing = tmp_path / "nonexistent" / "x"
-    assert main(["query", "--clickhouse", f"chdb://{missing}", "SELECT 1"]) == 2
+    # a command that writes the ledger names the missing parent
+    assert main(["migrate", "--clickhouse", f"chdb://{missing}"]) == 2
     err = capsys.readouterr().err
     assert f"the parent directory '{missing.parent}'" in err and len(err.splitlines()) == 1
+    assert not missing.parent.exists()
+    # one that only reads says there is no ledger there, and creates nothing either
+    assert main(["query", "--clickhouse", f"chdb://{missing}", "SELECT 1"]) == 2
+    err = capsys.readouterr().err
+    assert f"no ledger at {missing}" in err and len(err.splitlines()) == 1
     assert not missing.parent.exists()
     assert main(["query", "--clickhouse", "chdb:///proc/prism-x", "SELECT 1"]) == 2
     err = capsys.readouterr().err
