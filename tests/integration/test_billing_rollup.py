@@ -138,6 +138,8 @@ def test_the_rollup_equals_the_rows_on_hostile_fleets(
     ch_client: Any, fresh_ledger: Any, fleet: Fleet, data: st.DataObject
 ) -> None:
     values = list(data.draw(st.permutations(fleet)))
+    for _ in range(data.draw(st.integers(0, 3))):  # re-delivered records
+        values.insert(data.draw(st.integers(0, len(values))), data.draw(st.sampled_from(fleet)))
     recorded = _Recording()
     feed_stream(
         values,
@@ -147,14 +149,22 @@ def test_the_rollup_equals_the_rows_on_hostile_fleets(
         now=NOW,
         partitions=data.draw(st.integers(1, 3)),
         batch_sizes=data.draw(st.lists(st.integers(1, 8), min_size=1, max_size=3)),
+        invocations=data.draw(st.lists(st.integers(0, len(values)), max_size=2)),
         ledger=recorded,
     )
     db = fresh_ledger()
-    half = len(recorded.batches) // 2
-    _store(ch_client, db, recorded.batches[:half])
+    batches = recorded.batches
+    half = data.draw(st.integers(0, len(batches)))
+    _store(ch_client, db, batches[:half])
     refresh_billing_rollup(ch_client, db)
     # the rest arrives after the refresh: the months it touches are read from rows again
-    _store(ch_client, db, recorded.batches[half:], source="later")
+    _store(ch_client, db, batches[half:], source="later")
+    assert _report(ch_client, db, rollup=True) == _report(ch_client, db, rollup=False)
+    refresh_billing_rollup(ch_client, db)
+    # batches stored again, under new offsets and from another ledger folded in
+    again = data.draw(st.lists(st.integers(0, max(0, len(batches) - 1)), max_size=4))
+    _store(ch_client, db, [batches[i] for i in again if batches])
+    _store(ch_client, db, [batches[i] for i in again if batches], source="folded")
     assert _report(ch_client, db, rollup=True) == _report(ch_client, db, rollup=False)
     refresh_billing_rollup(ch_client, db)
     if any(u.recorded_at.year == 2026 for u in recorded.rows("usage")):
