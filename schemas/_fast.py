@@ -205,89 +205,43 @@ def _compile(plan: _Plan) -> Check:
 
 # -- patterns: pydantic's Rust regex syntax, the subset Python's re reads the same way ----------
 
-_LITERAL = frozenset(
-    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_:/@#,;=!%'\"<> -"
+_PUNCT = r"[.^$*+?()\[\]{}|\\/-]"
+_PLAIN = r"A-Za-z0-9_:/@#,;=!%'\"<> "
+# One token: an escaped punctuation character; a class of ASCII letters, digits, plain
+# punctuation and ranges; a group (capturing or ``(?:``); ``)``; ``|``; a quantifier; a
+# plain character; ``^``/``$``. Anything else (``.``, ``\d``, flags, look-around) declines.
+_TOKEN = re.compile(
+    rf"\\{_PUNCT}|\[\^?-?(?:[A-Za-z0-9]-[A-Za-z0-9]|\\{_PUNCT}|[{_PLAIN}.*+?(){{}}|$])+-?\]"
+    rf"|\((?!\?)|\(\?:|\)|\||(?:[?*+]|\{{[0-9]+(?:,[0-9]*)?\}})\??|[{_PLAIN}-]|[$^]"
 )
-_ESCAPED = frozenset(".^$*+?()[]{}|\\-/")
-_IN_CLASS = _LITERAL | frozenset(".*+?()|{}$")
-_QUANTIFIER = re.compile(r"\{[0-9]+(?:,[0-9]*)?\}\??|[?*+]\??")
-
-
-def _class_end(pattern: str, i: int) -> int | None:
-    """The index after the character class starting at ``pattern[i] == "["``; ``None`` when
-    it holds anything but ASCII letters, digits, plain punctuation and ranges of those."""
-    i += 1
-    if pattern[i : i + 1] == "^":
-        i += 1
-    start = i
-    while i < len(pattern) and pattern[i] != "]":
-        c = pattern[i]
-        if c == "\\":
-            if pattern[i + 1 : i + 2] not in _ESCAPED:
-                return None
-            i += 2
-        elif c == "-" and i != start and pattern[i + 1 : i + 2] != "]":
-            lo, hi = pattern[i - 1], pattern[i + 1]
-            if not (lo.isalnum() and hi.isalnum() and lo.isascii() and hi.isascii() and lo <= hi):
-                return None
-            i += 2
-        elif c in _IN_CLASS:
-            i += 1
-        else:
-            return None
-    return i + 1 if i < len(pattern) and i > start else None
 
 
 def _python_pattern(pattern: str) -> str | None:
     """``pattern`` for ``re.search`` with the meaning pydantic-core's regex gives it, or
     ``None`` when it uses anything beyond literals, classes, groups, ``|`` and quantifiers."""
     out: list[str] = []
-    i, depth = 0, 0
-    while i < len(pattern):
-        c = pattern[i]
-        quantifier = _QUANTIFIER.match(pattern, i)
-        if quantifier is not None and out and out[-1] not in ("(", "(?:", "|"):
-            out.append(quantifier.group())
-            i = quantifier.end()
-            continue
-        if c == "^" or c == "$":
-            out.append(r"\A" if c == "^" else r"\Z")  # text start/end: no multi-line mode
-        elif c == "\\" and pattern[i + 1 : i + 2] in _ESCAPED:
-            out.append(pattern[i : i + 2])
-            i += 1
-        elif c == "[":
-            end = _class_end(pattern, i)
-            if end is None:
-                return None
-            out.append(pattern[i:end])
-            i = end - 1
-        elif c == "(":
-            group = "(?:" if pattern.startswith("(?:", i) else "("
-            if pattern.startswith("(?", i) and group == "(":
-                return None  # flags, names, look-around
-            out.append("(?:")  # capturing or not, the same match
-            i += len(group) - 1
-            depth += 1
-        elif c == ")" and depth > 0:
-            out.append(c)
-            depth -= 1
-        elif c == "|" or c in _LITERAL:
-            out.append(c)
-        else:
-            return None  # ".", "\d", "{" not a quantifier, non-ASCII...
-        i += 1
-    return "".join(out) if depth == 0 else None
+    at = 0
+    while at < len(pattern):
+        token = _TOKEN.match(pattern, at)
+        if token is None:
+            return None
+        text = token.group()
+        # Rust's ^/$ are the text's start and end (no multi-line mode); groups need not capture.
+        out.append({"^": r"\A", "$": r"\Z", "(": "(?:"}.get(text, text))
+        at = token.end()
+    return "".join(out)
 
 
 # -- the schema walk ---------------------------------------------------------------------------
 
 
-# The forms of ``ts`` reproduced (besides the schema's pattern): any number of fraction digits
-# (truncated to microseconds), t/T, z/Z, offsets up to +-23:59 (-00:00 is UTC). The
-# fixed-width part is read by position; its digits are ASCII ([0-9], not \d).
+# The forms of ``ts`` ``_ts_us`` reads: any number of fraction digits (truncated to
+# microseconds), t/T, z/Z, offsets up to +-23:59 (-00:00 is UTC). The fixed-width part is
+# read by position; its digits are ASCII ([0-9], not \d). The schema's pattern is checked
+# too (a look-ahead), unless it is this very form.
 _TS_FORM = (
     r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}"
-    r"(?:\.([0-9]+))?([Zz]|[+-][0-9]{2}:[0-9]{2})\Z"
+    r"(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2})\Z"
 )
 
 
@@ -603,7 +557,9 @@ def build_tables(classes: Iterable[type[EventBase]] = KNOWN_EVENT_CLASSES) -> Ta
     if not types or builder.ts_range is None:
         return Tables(lambda raw: None, models, ts_range, tuple(builder.declined))
     decode = msgspec.json.Decoder(Union[tuple(types)]).decode  # type: ignore[misc]  # noqa: UP007
-    ts_match = re.compile("".join(f"(?={p})" for p in sorted(builder.ts_patterns)) + _TS_FORM)
+    same = r"\A" + re.sub(r"\((?!\?)", "(?:", _TS_FORM)  # the form, as _python_pattern writes it
+    ahead = "".join(f"(?={p})" for p in sorted(builder.ts_patterns - {same}))
+    ts_match = re.compile(ahead + _TS_FORM)
     accept = _acceptor(decode, checks, types, ts_match.match, ts_range)
     return Tables(accept, models, ts_range, tuple(builder.declined))
 
@@ -672,8 +628,8 @@ def _ts_us(ts: str, match: Callable[[str], re.Match[str] | None]) -> int | None:
     if second > 59:
         return None
     us = base + second * 1_000_000 - offset
-    if frac:  # truncated to microseconds, as pydantic does
-        us += int(frac) * _FRACTION_SCALE[len(frac)] if len(frac) <= 6 else int(frac[:6])
+    if frac:  # ".digits", truncated to microseconds as pydantic does
+        us += int(frac[1:]) * _FRACTION_SCALE[len(frac) - 1] if len(frac) <= 7 else int(frac[1:7])
     return us
 
 
