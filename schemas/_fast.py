@@ -126,7 +126,7 @@ def _function_of(annotation: Any) -> Any:
 
 
 _JSON_OBJECT_CHECK = _function_of(JsonObject)
-_UTF8_CHECK_CODE = getattr(_function_of(Annotated[str, Utf8MaxBytes(1)]), "__code__", None)
+_UTF8_CHECK_CODE: Any = getattr(_function_of(Annotated[str, Utf8MaxBytes(1)]), "__code__", None)
 
 # Free-form objects (the only places of unbounded nesting) nest at most this deep: far
 # below pydantic's JSON depth limit (a value about 200 levels deep is not JSON to it).
@@ -279,6 +279,14 @@ def _to_us(moment: datetime) -> int:
     return (moment - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
 
 
+# Scalar schemas msgspec checks alone, and the constraints of theirs it takes as Meta.
+_SCALARS: dict[str, tuple[type, tuple[str, ...]]] = {
+    "str": (str, ("min_length", "max_length", "pattern")),
+    "int": (int, ("ge", "gt", "le", "lt", "multiple_of")),
+    "bool": (bool, ()),
+}
+
+
 class _Builder:
     """Walks pydantic-core schemas into msgspec types and the Python checks they need."""
 
@@ -286,27 +294,18 @@ class _Builder:
         self.declined: list[str] = []
         self.ts_patterns: set[str] = set()
         self.ts_range: tuple[int, int] | None = None
-        self._models: dict[type, tuple[Any, Any, _Node | None]] = {}
+        self._models: dict[type, tuple[Any, Any, _Plan | None]] = {}
 
     def value(self, schema: Any, where: str) -> tuple[Any, _Node | None]:
         """The msgspec type of a value and its Python check (``None``: msgspec does all)."""
         kind = schema["type"]
-        if kind == "str":
-            _only(schema, ("strict", "min_length", "max_length", "pattern"), where)
-            return _annotated(
-                str, _meta(schema, ("min_length", "max_length", "pattern"), where)
-            ), None
-        if kind == "int":
-            _only(schema, ("strict", "ge", "gt", "le", "lt", "multiple_of"), where)
-            return _annotated(
-                int, _meta(schema, ("ge", "gt", "le", "lt", "multiple_of"), where)
-            ), None
+        if kind in _SCALARS:
+            base, keys = _SCALARS[kind]
+            _only(schema, ("strict", *keys), where)
+            return _annotated(base, _meta(schema, keys, where)), None
         if kind == "float":
             _only(schema, ("strict", "ge", "gt", "le", "lt", "allow_inf_nan"), where)
             return _annotated(float, self._float_bounds(schema)), None
-        if kind == "bool":
-            _only(schema, ("strict",), where)
-            return bool, None
         if kind == "literal":
             _only(schema, ("expected",), where)
             expected = schema["expected"]
@@ -366,7 +365,7 @@ class _Builder:
             )
         if function is _JSON_OBJECT_CHECK and inner["type"] == "dict":
             return self.value(inner, where)  # _storable is JsonObject's rule, depth-bounded
-        code = getattr(function, "__code__", None)
+        code: Any = getattr(function, "__code__", None)
         if code is not None and code is _UTF8_CHECK_CODE and inner["type"] == "str":
             names = code.co_freevars
             limit = function.__closure__[names.index("limit")].cell_contents
@@ -439,7 +438,7 @@ class _Builder:
         self.ts_patterns.add(_meta(steps[0], ("pattern",), where).get("pattern", ""))
         return str
 
-    def model(self, schema: Any, where: str, tag: bool = False) -> tuple[Any, _Node | None]:
+    def model(self, schema: Any, where: str, tag: bool = False) -> tuple[Any, _Plan | None]:
         """A struct of the model's fields in its order, its aliases as keys, optional fields
         ``UNSET`` when absent; with ``tag``, the event's ``type`` literal is its tag."""
         cls = schema["cls"]
@@ -459,7 +458,7 @@ class _Builder:
             raise _Underivable(f"{where}: model options")
         fields: list[tuple[Any, ...]] = []
         renames: dict[str, str] = {}
-        checks: list[tuple[str, Check]] = []
+        checks: list[tuple[str, _Node]] = []
         tag_value = None
         for name, field in fields_schema["fields"].items():
             at = f"{where}.{name}"
