@@ -150,6 +150,7 @@ class _Part:
     min_block: int
     max_block: int
     data_version: int
+    rows: int = 0
 
     @property
     def generation(self) -> int:
@@ -406,11 +407,11 @@ def _table(client: Client, database: str) -> _Table | None:
     """usage_store's uuid, engine and active parts, or None when it does not exist."""
     rows = client.query(
         "SELECT toString(uuid) AS u, engine_full AS e, '' AS p, toInt64(0) AS lo, "
-        "toInt64(0) AS hi, toUInt64(0) AS dv FROM system.tables "
+        "toInt64(0) AS hi, toUInt64(0) AS dv, toUInt64(0) AS n FROM system.tables "
         "WHERE database = {db:String} AND name = 'usage_store' "
         "UNION ALL "
         "SELECT '', '', partition_id, toInt64(min_block_number), toInt64(max_block_number), "
-        "toUInt64(data_version) "
+        "toUInt64(data_version), rows "
         "FROM system.parts WHERE database = {db:String} AND table = 'usage_store' AND active",
         parameters={"db": database},
     ).result_rows
@@ -418,9 +419,9 @@ def _table(client: Client, database: str) -> _Table | None:
     if not found:
         return None
     parts: dict[str, list[_Part]] = {}
-    for _, _, pid, lo, hi, dv in rows:
+    for _, _, pid, lo, hi, dv, n in rows:
         if pid:
-            parts.setdefault(str(pid), []).append(_Part(int(lo), int(hi), int(dv)))
+            parts.setdefault(str(pid), []).append(_Part(int(lo), int(hi), int(dv), int(n)))
     return _Table(
         uuid=str(found[0][0]),
         engine=str(found[0][1]),
@@ -470,6 +471,12 @@ def _refresh(
             },
         )
         lines = list(result.named_results())
+        # every row of the month visible: no row policy or additional_table_filters of this
+        # account hid some, or lines for all would hold only what it may see
+        seen = client.query(
+            f"SELECT count() FROM {database}.usage_store WHERE _partition_id = {{pid:String}}",
+            parameters={"pid": pid},
+        ).result_rows[0][0]
         after = _table(client, database)
         if (
             after is None
@@ -479,6 +486,10 @@ def _refresh(
             log.info("billing rollup of %s skipped: usage_store changed while it was read", pid)
             return None
         parts = before.parts.get(pid, ())
+        if int(seen) != sum(p.rows for p in parts):
+            log.info("billing rollup of %s skipped: %d of %d rows visible", pid, int(seen),
+                     sum(p.rows for p in parts))  # fmt: skip
+            return None
         manifest = _Manifest(
             refresh_id=uuid.uuid4().hex,
             table_uuid=before.uuid,

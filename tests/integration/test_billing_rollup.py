@@ -171,21 +171,29 @@ def test_the_rollup_equals_the_rows_on_hostile_fleets(
         assert _uses_rollup(ch_client, db)
     assert _report(ch_client, db, rollup=True) == _report(ch_client, db, rollup=False)
     # and both are the bill the final rows say (reported usage per tenant and currency)
-    billed = {
-        (t, c): (i, cost)
-        for (t, kind, c), (_, i, cost) in _billed(ch_client, db).items()
-        if kind == "reported"
-    }
-    expected = {k: (i, c) for k, (i, _, c) in recorded.billing().items() if _in_nov(recorded, k)}
-    assert {k: (v[0] or 0, v[1] or Decimal(0)) for k, v in billed.items()} == expected
+    billed: dict[tuple[Any, Any], tuple[int, Decimal | None]] = {}
+    for line in billing_report(ch_client, db, NOV, DEC, group_by=("tenant",)):
+        if line.kind == "reported":
+            tokens, cost = billed.get((line.tenant_id, line.currency), (0, None))
+            if line.cost is not None:
+                cost = (cost or Decimal(0)) + line.cost
+            billed[(line.tenant_id, line.currency)] = (tokens + (line.input_tokens or 0), cost)
+    assert billed == _november_bill(recorded)
 
 
-def _in_nov(ledger: FinalLedger, key: tuple[Any, Any]) -> bool:
-    return any(
-        (u.tenant_id, u.currency) == key and NOV <= u.recorded_at < DEC
-        for u in ledger.rows("usage")
-        if u.scope == "provider_turn" and not u.estimated and not u.superseded
-    )
+def _november_bill(ledger: FinalLedger) -> dict[tuple[Any, Any], tuple[int, Decimal | None]]:
+    """Reported provider_turn usage of November per (tenant, currency), from the final rows."""
+    bill: dict[tuple[Any, Any], tuple[int, Decimal | None]] = {}
+    for u in ledger.rows("usage"):
+        if u.scope != "provider_turn" or u.estimated or u.superseded:
+            continue
+        if not NOV <= u.recorded_at < DEC:
+            continue
+        tokens, cost = bill.get((u.tenant_id, u.currency), (0, None))
+        if u.cost is not None:
+            cost = (cost or Decimal(0)) + u.cost
+        bill[(u.tenant_id, u.currency)] = (tokens + (u.input_tokens or 0), cost)
+    return bill
 
 
 def _u(event_id: str, **kw: Any) -> Any:
@@ -361,3 +369,19 @@ def test_times_past_the_date_range_read_rows(ch_client: Any, fresh_ledger: Any) 
     assert _uses_rollup(
         ch_client, db, datetime(2149, 5, 1, tzinfo=UTC), datetime(2149, 6, 1, tzinfo=UTC)
     )
+
+
+def test_a_refresh_that_cannot_see_every_row_stores_nothing(
+    ch_client: Any, fresh_ledger: Any
+) -> None:
+    """An account whose row policy or table filter hides rows must not roll a month up."""
+    db = fresh_ledger()
+    _write(ch_client, db, _batch(*ROWS), SOURCE, 0)
+    hide = f"{{'{db}.usage_store': 'tenant_id = ''acme'''}}"
+    ch_client.set_client_setting("additional_table_filters", hide)
+    try:
+        assert refresh_billing_rollup(ch_client, db) == []
+    finally:
+        ch_client.set_client_setting("additional_table_filters", "{}")
+    assert not _uses_rollup(ch_client, db)
+    assert _billed(ch_client, db) == EXPECTED
