@@ -7,9 +7,9 @@ stable ids; users query the views (``runs``, ``usage``, ``turns``, ``run_events`
 ``cache_hits_1m``, ``quarantine``, ``dead_letters``, ``alerts``, ``billing_usage``).
 ``parse_dsn``/``redact_dsn`` are the one DSN parser and masked form (``SecretDsn``);
 ``read_only_query`` is the ad hoc surface (statement check + ``readonly = 1``);
-``grants_sql`` the least-privilege accounts' DDL (SECURITY.md); ``billing_report``,
-``invoice`` and the price book (``read_price_file``, ``load_prices``, ``price_book``) are
-billing (BILLING.md).
+``grants_sql`` the least-privilege accounts' DDL (SECURITY.md); ``billing_report``
+(``refresh_billing_rollup`` for its day rollup), ``invoice`` and the price book
+(``read_price_file``, ``load_prices``, ``price_book``) are billing (BILLING.md).
 
 Example::
 
