@@ -19,9 +19,9 @@ The lines are never summed from rows the partition no longer holds, and a month 
 not known to be unchanged is read from the rows, as before. A refresh stores nothing when
 the partition changed while it read, or when it could not see every row (a row policy).
 Non-replicated tables only: a replica may show parts out of block order, so a replicated
-ledger reads rows. Block
-numbers of a non-replicated MergeTree are taken when a part is committed, under the table's
-parts lock, so no part with a lower number can appear after a refresh read the partition.
+ledger reads rows. Block numbers of a non-replicated MergeTree are taken when a part is
+committed, under the table's parts lock, so no part with a lower number can appear after a
+refresh read the partition.
 """
 
 from __future__ import annotations
