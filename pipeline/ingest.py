@@ -28,9 +28,9 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
-from prism.schemas import MAX_EVENT_BYTES
+from prism.schemas import MAX_EVENT_BYTES, LedgerBatch
 from prism.sinks import StateTable
 
 from .core import CoreConfig, ExhaustionAlerter, InRecord, Intake, Output, store_isolating
@@ -49,7 +49,16 @@ def render_counts(counts: Counter[str], prefix: str) -> str:
 
 @dataclass(slots=True)
 class IngestSummary:
-    """Counts a user checks after a replay."""
+    """Counts a user checks after a replay: what the ledger holds of it at the end.
+
+    Runs by status, events applied, quarantine by reason, alerts and the channel counts
+    are read from the rows as the ledger keeps them (per key the highest version, a tie
+    to the later row; retracted rows left out), never summed over the batches that wrote
+    them: an event applied and then retracted, or a run written again at a lower version
+    than the row the ledger keeps, counts as the ledger has it, whatever the batch size
+    (rule 10). Events applied are the accepted events of the runs the replay wrote (of a
+    backfill continued over invocations, those of the runs' earlier lines too).
+    """
 
     lines: int = 0
     stats: Counter[str] = field(default_factory=Counter)
@@ -83,6 +92,59 @@ class IngestSummary:
             f"channel records: {self.stats['channel.records']} "
             f"(denied {self.stats['channel.denied']}, stuck {self.stats['channel.stuck']})"
         ]
+
+
+class _Tally:
+    """The rows of one replay folded as the ledger folds them, for the summary's counts.
+
+    It keeps a few fields per run and per channel operation (the run row's status and
+    event count), and per quarantined event or channel denial, never per applied event.
+    """
+
+    __slots__ = ("alerts", "denials", "operations", "quarantine", "runs")
+
+    def __init__(self) -> None:
+        self.runs: dict[str, tuple[int, str, int]] = {}  # run -> (version, status, events)
+        self.operations: dict[str, tuple[int, bool]] = {}  # operation -> (version, stuck)
+        self.quarantine: dict[tuple[str, str, str], tuple[int, str | None]] = {}  # None: retracted
+        self.denials: dict[str, tuple[int, bool]] = {}  # event -> (version, counts)
+        self.alerts: set[tuple[str, str]] = set()
+
+    def add(self, batch: LedgerBatch) -> None:
+        for run in batch.runs:
+            _newer(self.runs, run.run_id, (run.version, run.status, run.event_count))
+        for op in batch.channel_operations:
+            _newer(self.operations, op.operation_id, (op.version, op.stuck))
+        for q in batch.quarantine:
+            _newer(self.quarantine, ("r", q.run_id, q.event_id), (q.version, _reason(q)))
+        for cq in batch.channel_quarantine:
+            _newer(self.quarantine, ("c", cq.operation_id, cq.event_id), (cq.version, _reason(cq)))
+        for d in batch.channel_denials:
+            _newer(self.denials, d.event_id, (d.version, not d.retracted))
+        self.alerts.update((a.alert_id, a.state) for a in batch.alerts)
+
+    def fill(self, summary: IngestSummary) -> None:
+        """Set the summary's ledger counts from the folded rows."""
+        stats = summary.stats
+        for name in [k for k in stats if k.startswith("quarantine.")]:
+            del stats[name]
+        stats.update(f"quarantine.{r}" for _, r in self.quarantine.values() if r is not None)
+        stats["applied"] = sum(events for _, _, events in self.runs.values())
+        stats["channel.denied"] = sum(counts for _, counts in self.denials.values())
+        stats["channel.stuck"] = sum(stuck for _, stuck in self.operations.values())
+        summary.runs_by_status = dict(Counter(status for _, status, _ in self.runs.values()))
+        summary.alerts = len(self.alerts)
+
+
+def _newer(rows: dict[Any, Any], key: Any, value: tuple[Any, ...]) -> None:
+    """Keep ``value`` unless the row kept has a higher version (ReplacingMergeTree)."""
+    old = rows.get(key)
+    if old is None or value[0] >= old[0]:
+        rows[key] = value
+
+
+def _reason(row: Any) -> str | None:
+    return None if row.retracted else str(row.reason)
 
 
 def iter_lines(stream: BinaryIO, max_bytes: int = MAX_EVENT_BYTES) -> Iterator[bytes]:
@@ -134,15 +196,13 @@ def ingest_lines(
             intake.alerter = ExhaustionAlerter.from_bytes(raw)
         intake.load(FILE_PARTITION, saved.items())
     summary = IngestSummary()
-    statuses: dict[str, str] = {}
+    tally = _Tally()
 
     def keep(out: Output) -> None:
         if store is not None:
             store(out)
         summary.stats.update(out.stats)
-        summary.alerts += len(out.ledger.alerts)
-        for row in out.ledger.runs:
-            statuses[row.run_id] = row.status
+        tally.add(out.ledger)
 
     def persist(out: Output) -> None:
         if state is not None:
@@ -171,7 +231,7 @@ def ingest_lines(
     keep(final)
     persist(final)
     summary.lines = line_no
-    summary.runs_by_status = dict(Counter(statuses.values()))
+    tally.fill(summary)
     return summary
 
 
