@@ -77,7 +77,7 @@ def _load(args: argparse.Namespace) -> int:
 def _list(args: argparse.Namespace) -> int:
     from prism.sinks import price_book
 
-    client, database = connection(args)
+    client, database = connection(args, read_only=True)  # a mistyped path creates nothing
     book = price_book(client, database)
     emit(args, list(_LIST_COLUMNS), [tuple(getattr(r, c) for c in _LIST_COLUMNS) for r in book])
     if not book and args.format == "table":
