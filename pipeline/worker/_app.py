@@ -78,13 +78,11 @@ from ._faust import (
     acknowledge,
     committed_offset,
     die,
-    event_context,
     highwater,
     in_record,
     lag,
     make_app,
     note_inbound,
-    raw_table,
     raw_topic,
     rebalance_epoch,
 )
@@ -93,6 +91,7 @@ from ._lanes import lane_of, source_of
 from ._marks import REPORT_HEARTBEAT_S, LaneMarks
 from ._offsets import ReadBack
 from ._produce import ProducedRecord, RecordProducer
+from ._state import StateReader
 from ._telemetry import WorkerTelemetry
 
 __all__ = ["AlertSink", "PipelineWorker"]
@@ -158,12 +157,15 @@ class PipelineWorker:
             self.app, self.topics.input, settings.partitions, self.topics.channel_operations
         )
         self.deaths = raw_topic(self.app, self.topics.limit_deaths, 1)
-        self.state = raw_table(self.app, "run-state", settings.partitions)
-        self._changelog = self.state.changelog_topic.get_topic_name()
+        # lane and alerter state: written by the worker, read back by it (``_state``)
+        self._changelog = f"{settings.consumer_group}-run-state-changelog"
+        self._alert_changelog = f"{settings.consumer_group}-alert-state-changelog"
+        self.state_reader = StateReader(self._changelog, settings.aiokafka_kwargs())
+        self.alert_reader = StateReader(self._alert_changelog, settings.aiokafka_kwargs())
+        self._read_state: dict[int, dict[bytes, bytes]] = {}  # partition -> its state, once
         self.producer = RecordProducer(
             settings.aiokafka_kwargs(), max_request_size=settings.max_record_bytes
         )
-        self.alert_state = raw_table(self.app, "alert-state", 1)
         self.intake = Intake(settings.core_config(), max_event_bytes=settings.max_event_bytes)
         self.stats: Counter[str] = Counter()
         self._stopping = False
@@ -303,10 +305,10 @@ class PipelineWorker:
             return False
         self.last_offset.update((p, recs[-1].offset) for p, recs in batches.items())
         ack_from: dict[int, int] = {}
-        self._restore_assigned()
+        await self._restore_assigned()
         self._apply_marks(self.clock())
         for partition in sorted(batches):
-            self._restore(partition)
+            await self._restore(partition)
             batches[partition], ack_from[partition] = await self._without_gaps(
                 partition, batches[partition]
             )
@@ -354,6 +356,7 @@ class PipelineWorker:
             for lane in held | set(self.last_offset):
                 self.intake.drop(lane)
             self._loaded.clear()
+            self._read_state.clear()
             self.last_offset.clear()
             self._undelivered.clear()  # positions of the old epoch's lanes
             self._epoch = epoch
@@ -552,7 +555,7 @@ class PipelineWorker:
     def _tp(self, partition: int) -> TP:
         return TP(*source_of(self.topics, partition))
 
-    def _restore_assigned(self) -> None:
+    async def _restore_assigned(self) -> None:
         """Restore every assigned lane once, also those with nothing new to read: their marks
         belong in the pipeline watermark after a restart (stuck operations, open items' age)."""
         try:
@@ -562,20 +565,32 @@ class PipelineWorker:
         for tp in assigned:
             lane = lane_of(self.topics, tp.topic, tp.partition)
             if lane is not None:
-                self._restore(lane)
+                await self._restore(lane)
+        self._read_state.clear()  # every assigned lane has what it needs of it
 
-    def _restore(self, partition: int) -> None:
-        """Load a partition's run state from the changelogged table the first time it is seen."""
+    async def _restore(self, partition: int) -> None:
+        """Load a lane's state the first time it is seen in an epoch: its changelog
+        partition read back to its end (``_state.StateReader``, once for both lanes of it)."""
         if partition in self._loaded:
             return
+        kafka_partition = source_of(self.topics, partition)[1]
+        state = self._read_state.get(kafka_partition)
+        if state is None:
+            state = await self.state_reader.read(kafka_partition)
+            self._read_state[kafka_partition] = state
+            _, records, seconds = self.state_reader.last_read
+            self.stats["state_restores"] += 1
+            self.telemetry.counts["state_restore_ms_max"] = max(
+                self.telemetry.counts["state_restore_ms_max"], int(seconds * 1000)
+            )
+            log.info(
+                "%s[%d]: read %d state record(s) in %.2fs",
+                self._changelog, kafka_partition, records, seconds,
+            )  # fmt: skip
         lane = str(partition).encode()
         self.intake.load(
             partition,
-            (
-                (k.decode(), v)
-                for k, v in self.state.items()
-                if v is not None and k.split(b"\x1f")[1:2] == [lane]
-            ),
+            ((k.decode(), v) for k, v in state.items() if k.split(b"\x1f")[1:2] == [lane]),
         )
         self._loaded.add(partition)
         done = self.intake.next_offset(partition)
@@ -618,7 +633,7 @@ class PipelineWorker:
                     "full GC pass %d: %.3fs, %d unreachable objects found so far",
                     self.gc.full_passes, self.gc.last_pause, self.gc.collected,
                 )  # fmt: skip
-            self._restore_assigned()
+            await self._restore_assigned()
             self._apply_marks(now)
             lanes = set(self.intake.processors) | set(self.intake.channels)
             live = [p for p in sorted(lanes) if p in self.last_offset]
@@ -711,7 +726,7 @@ class PipelineWorker:
             end = highwater(self.app, tp)
             if lane is None or end is None or end == 0 or lane in skip:
                 continue
-            self._restore(lane)  # its position is in its state
+            await self._restore(lane)  # its position is in its state
             try:
                 position = await self._reader(tp.topic).expected(
                     tp.partition, self.intake.next_offset(lane), committed_offset(self.app, tp)
@@ -785,7 +800,8 @@ class PipelineWorker:
                 await self._alert_batch(events)
 
     async def _alert_batch(self, events: Sequence[Any]) -> None:
-        alerter = self._alerter()
+        epoch = rebalance_epoch(self.app)
+        alerter = await self._alerter()
         deaths, reports = decode_alerter_input([e.message.value for e in events])
         late = alerter.late
         alerter.observe(deaths)
@@ -801,18 +817,26 @@ class PipelineWorker:
             await asyncio.to_thread(self.store, out)
             await self._publish(out)
             await self._notify(rows)
-        try:
-            with event_context(events[-1]):
-                self.alert_state[_ALERTER_KEY] = alerter.to_bytes()
-        except Exception:  # the partition moved away mid-batch: its new owner recovers it
-            log.warning("alerter state not written: limit-deaths was reassigned", exc_info=True)
+        if epoch is None or rebalance_epoch(self.app) != epoch or not self._holds_deaths():
+            # the partition may be another worker's now: it reads the state from the
+            # changelog and the deaths again from the group's commit
+            log.info("alerter state not written: limit-deaths was reassigned")
             self.alerter = None
+            return
+        state = ProducedRecord(self._alert_changelog, _ALERTER_KEY, alerter.to_bytes(), 0)
+        await self.producer.send_all([state])
 
-    def _alerter(self) -> ExhaustionAlerter:
-        """The one alerter (rule 16), restored from its table; it waits for a report from
-        each partition of the input before it decides anything."""
+    def _holds_deaths(self) -> bool:
+        try:
+            return TP(self.topics.limit_deaths, 0) in self.app.consumer.assignment()
+        except Exception:  # no consumer assignment yet
+            return False
+
+    async def _alerter(self) -> ExhaustionAlerter:
+        """The one alerter (rule 16), restored from its changelog; it waits for a report
+        from each partition of the input before it decides anything."""
         if self.alerter is None:
-            raw = self.alert_state.get(_ALERTER_KEY)
+            raw = (await self.alert_reader.read(0)).get(_ALERTER_KEY)
             cfg = self.intake.config
             alerter = None
             if raw:
@@ -856,6 +880,8 @@ class PipelineWorker:
         self.telemetry.stopped()  # stats file + the summary line
         await self.read_back.close()
         await self.marks.close()
+        await self.state_reader.close()
+        await self.alert_reader.close()
         await self.producer.close()
         await self.read_back_channel.close()
 

@@ -1,10 +1,8 @@
-"""faust plumbing: the app from settings, raw topics and tables, the event context, acks.
+"""faust plumbing: the app from settings, raw topics, acks, and what faust tells of rebalances.
 
 Everything here that touches faust internals is named and kept in one place, pinned by
 ``tests/unit/test_worker_faust_internals.py`` (faust-streaming is pinned in pyproject):
 
-- ``event_context`` sets faust's private ``_current_event`` (table writes take their
-  changelog partition from it, and batches lose it);
 - ``committed_offset`` reads the consumer's record of the partition's committed offset;
 - ``acknowledge`` marks offsets processed once the ledger has them, as faust's stream
   does per message: records of the bulk intake (``_bulk``) and offsets the worker read back
@@ -19,13 +17,9 @@ from __future__ import annotations
 import logging
 import os
 import time
-import weakref
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import faust
-from faust.streams import _current_event
 from faust.types.tuples import ack_lock
 
 from ..core import InRecord
@@ -35,14 +29,12 @@ __all__ = [
     "acknowledge",
     "committed_offset",
     "die",
-    "event_context",
     "header",
     "highwater",
     "in_record",
     "lag",
     "make_app",
     "note_inbound",
-    "raw_table",
     "raw_topic",
     "rebalance_epoch",
 ]
@@ -59,21 +51,6 @@ def raw_topic(app: faust.App, name: str, partitions: int, *more: str) -> Any:
     """A topic of raw bytes keys and values (the pipeline does its own encoding); ``more``
     names further topics the same agent consumes (co-partitioned with the first)."""
     return app.topic(name, *more, partitions=partitions, **_RAW)
-
-
-def raw_table(app: faust.App, name: str, partitions: int) -> Any:
-    """A changelogged table of bytes -> bytes (bytes types give the raw changelog codec)."""
-    return app.Table(name, partitions=partitions, default=None, key_type=bytes, value_type=bytes)
-
-
-@contextmanager
-def event_context(event: Any) -> Iterator[None]:
-    """Make ``event`` faust's current event, so table writes go to its partition."""
-    token = _current_event.set(weakref.ref(event))
-    try:
-        yield
-    finally:
-        _current_event.reset(token)
 
 
 def acknowledge(app: faust.App, tp: Any, first: int, last: int) -> int:

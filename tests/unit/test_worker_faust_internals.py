@@ -83,15 +83,6 @@ def test_committed_offset_reads_the_consumers_record() -> None:
     assert committed_offset(app, TP("t.prism.agent-events", 4)) is None  # type: ignore[arg-type]
 
 
-def test_the_current_event_context_variable_is_where_tables_read_it() -> None:
-    from faust.streams import _current_event
-    from faust.tables import base
-
-    assert base.current_event.__module__ == "faust.streams"
-    assert _current_event.name == "current_event"
-    assert faust.__version__ == "0.15.3", "faust internals are pinned: re-check this module"
-
-
 def test_a_rebalance_is_under_way_from_the_revoke_until_recovery_resumes_the_streams() -> None:
     # rebalance_epoch reads faust's rebalancing flag and count: set before the revoke
     # handlers run, cleared once the tables are recovered. The consumer's generation moves

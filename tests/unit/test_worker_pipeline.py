@@ -68,10 +68,15 @@ def worker(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> tuple[PipelineWork
     w = PipelineWorker(settings, _Writer(timeline), clock=lambda: now[0])
     w.now = now  # type: ignore[attr-defined]  # the test moves processing time
 
+    changelogs: dict[tuple[str, int], dict[bytes, bytes]] = {}  # what the broker keeps
+
     async def send_all(records: list[Any]) -> None:
         if records:
             await asyncio.sleep(0.01)  # the broker takes a while: let the other side run
             timeline.steps.append(("produce", list(records)))
+            for r in records:
+                if r.topic.endswith("-changelog"):
+                    changelogs.setdefault((r.topic, r.partition), {})[r.key] = r.value
 
     async def log_start(partition: int) -> int:
         return 0
@@ -80,7 +85,15 @@ def worker(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> tuple[PipelineWork
         timeline.steps.append(("ack", (tp.partition, first, last)))
         return last - first + 1
 
+    def reader(topic: str) -> Any:
+        async def read(partition: int) -> dict[bytes, bytes]:  # what the next owner reads
+            return {k: v for k, v in changelogs.get((topic, partition), {}).items() if v}
+
+        return read
+
     monkeypatch.setattr(w.producer, "send_all", send_all)
+    monkeypatch.setattr(w.state_reader, "read", reader(w._changelog))
+    monkeypatch.setattr(w.alert_reader, "read", reader(w._alert_changelog))
     monkeypatch.setattr(w.read_back, "log_start", log_start)
     monkeypatch.setattr(_app, "acknowledge", acknowledge)
     return w, timeline
@@ -265,9 +278,6 @@ def test_offsets_processed_before_but_not_delivered_again_are_acknowledged(
     async def go() -> None:
         await _batch(w, recs[:half])
         await w._finish_stored()
-        for step in [s for kind, s in timeline.steps if kind == "produce"]:
-            for rec in _state(w, step):
-                w.state.data[rec.key] = rec.value  # what the next recovery reads
         w.app.on_rebalance_start()
         await w._on_revoked(w.app, _all_lanes(w))
         w.app.on_rebalance_end()

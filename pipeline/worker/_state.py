@@ -1,0 +1,94 @@
+"""Lane state read back by the worker itself, not by faust's table recovery.
+
+The worker writes each lane's state (its runs, channel operations, position and mark) as
+keyed records to the compacted ``<group>-run-state-changelog`` topic, partition ``p`` for
+input partition ``p``, after the ledger has the batch's rows; the alerter's state goes to
+``<group>-alert-state-changelog`` the same way. A process that is assigned a partition
+reads that partition with a group-less consumer from its first offset to the end offset
+taken at that moment (``StateReader.read``; the last write of a key wins, an empty value
+deletes it) and loads the lane from it. Nothing waits on faust's table recovery, which
+can wait for good after a partition moves away and back ("No event received for active
+tp ...-changelog"): SCALING.md, "Rebalances".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from ..retry import retry_transient
+
+__all__ = ["StateReader"]
+
+log = logging.getLogger("prism.worker")
+
+_POLL_MS = 500
+
+
+class StateReader:
+    """Reads whole partitions of one state topic (see the module docstring)."""
+
+    def __init__(self, topic: str, consumer_kwargs: dict[str, Any], *, timeout_s: float = 120.0):
+        self.topic = topic
+        self.kwargs = consumer_kwargs
+        self.timeout_s = timeout_s
+        self._consumer: Any = None
+        self.last_read: tuple[int, int, float] = (0, 0, 0.0)  # (partition, records, seconds)
+
+    async def read(self, partition: int) -> dict[bytes, bytes]:
+        """Every live key of ``partition`` and its last value, as of the end offset now."""
+        return await retry_transient(
+            lambda: self._read(partition),
+            what=f"reading the state of {self.topic}[{partition}]",
+            bootstrap=str(self.kwargs.get("bootstrap_servers", "")),
+            deadline=self.timeout_s,
+        )
+
+    async def _read(self, partition: int) -> dict[bytes, bytes]:
+        from aiokafka import AIOKafkaConsumer, TopicPartition
+
+        started = time.monotonic()
+        tp = TopicPartition(self.topic, partition)
+        try:
+            if self._consumer is None:
+                self._consumer = AIOKafkaConsumer(
+                    group_id=None, enable_auto_commit=False, **self.kwargs
+                )
+                await self._consumer.start()
+            consumer = self._consumer
+            consumer.assign([tp])
+            start = (await consumer.beginning_offsets([tp]))[tp]
+            end = (await consumer.end_offsets([tp]))[tp]
+            state: dict[bytes, bytes] = {}
+            count = 0
+            if end > start:
+                consumer.seek(tp, start)
+                position = start
+                while position < end:
+                    batch = await consumer.getmany(tp, timeout_ms=_POLL_MS)
+                    for rec in batch.get(tp, []):
+                        if rec.offset >= end:
+                            break
+                        count += 1
+                        if rec.value is None:  # a tombstone: the key was deleted
+                            state.pop(rec.key, None)
+                        else:
+                            state[rec.key] = rec.value
+                    position = await consumer.position(tp)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # a broken connection: a new consumer on the next try
+            await self.close()
+            raise
+        self.last_read = (partition, count, time.monotonic() - started)
+        return state
+
+    async def close(self) -> None:
+        consumer, self._consumer = self._consumer, None
+        if consumer is not None:
+            try:
+                await consumer.stop()
+            except Exception:  # closing after a broker error: nothing more to do
+                log.debug("state reader did not stop cleanly", exc_info=True)
