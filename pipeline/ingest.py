@@ -28,14 +28,21 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Protocol
 
 from prism.schemas import MAX_EVENT_BYTES, LedgerBatch
 from prism.sinks import StateTable
 
 from .core import CoreConfig, ExhaustionAlerter, InRecord, Intake, Output, store_isolating
 
-__all__ = ["IngestSummary", "ingest_lines", "iter_lines", "open_input", "render_counts"]
+__all__ = [
+    "IngestSummary",
+    "LedgerTally",
+    "ingest_lines",
+    "iter_lines",
+    "open_input",
+    "render_counts",
+]
 
 FILE_PARTITION = -1
 _ALERTER_KEY = "a\x1falerter"
@@ -94,7 +101,15 @@ class IngestSummary:
         ]
 
 
-class _Tally:
+class _Counted(Protocol):
+    """A replay's summary: ``ingest-file``'s or ``rebuild``'s."""
+
+    stats: Counter[str]
+    runs_by_status: dict[str, int]
+    alerts: int
+
+
+class LedgerTally:
     """The rows of one replay folded as the ledger folds them, for the summary's counts.
 
     It keeps a few fields per run and per channel operation (the run row's status and
@@ -123,7 +138,7 @@ class _Tally:
             _newer(self.denials, d.event_id, (d.version, not d.retracted))
         self.alerts.update((a.alert_id, a.state) for a in batch.alerts)
 
-    def fill(self, summary: IngestSummary) -> None:
+    def fill(self, summary: _Counted) -> None:
         """Set the summary's ledger counts from the folded rows."""
         stats = summary.stats
         for name in [k for k in stats if k.startswith("quarantine.")]:
@@ -196,7 +211,7 @@ def ingest_lines(
             intake.alerter = ExhaustionAlerter.from_bytes(raw)
         intake.load(FILE_PARTITION, saved.items())
     summary = IngestSummary()
-    tally = _Tally()
+    tally = LedgerTally()
 
     def keep(out: Output) -> None:
         if store is not None:

@@ -26,7 +26,7 @@ from aiokafka import TopicPartition
 
 from .._store import LedgerStore
 from ..core import ExhaustionAlerter, InRecord, Intake, Output, store_isolating
-from ..ingest import render_counts
+from ..ingest import LedgerTally, render_counts
 from ..settings import Settings
 from ..worker._faust import in_record
 from ..worker._lanes import lane_of
@@ -152,11 +152,8 @@ async def rebuild(
     finally:
         await consumer.stop()
     replay.finish()
-    summary.stats, summary.alerts = replay.stats, replay.alerts
-    summary.dead_letters, summary.runs_by_status = (
-        replay.dead_letters,
-        dict(Counter(replay.statuses.values())),
-    )
+    summary.stats, summary.dead_letters = replay.stats, replay.dead_letters
+    replay.tally.fill(summary)  # runs, events, quarantine and alerts as the ledger holds them
     summary.seconds = time.monotonic() - started
     return summary
 
@@ -215,8 +212,7 @@ class _Replay:
         self.clock = clock
         self.last_offset: dict[int, int] = {}
         self.stats: Counter[str] = Counter()
-        self.statuses: dict[str, str] = {}
-        self.alerts = 0
+        self.tally = LedgerTally()  # the rows folded as the ledger folds them
         self.dead_letters = 0
 
     def partition_batch(
@@ -250,10 +246,8 @@ class _Replay:
 
     def _count(self, out: Output) -> None:
         self.stats.update(out.stats)
-        self.alerts += len(out.ledger.alerts)
+        self.tally.add(out.ledger)
         self.dead_letters += len(out.ledger.dead_letters)
-        for row in out.ledger.runs:
-            self.statuses[row.run_id] = row.status
 
 
 def _lane(settings: Settings, tp: TopicPartition) -> int:
