@@ -25,6 +25,7 @@ from typing import Any
 import orjson
 
 from ..core import EventClock, LaneReport
+from ._state import stop_quietly
 
 __all__ = ["REPORT_EXPIRY_S", "REPORT_HEARTBEAT_S", "LaneMarks", "decode_lane_mark"]
 
@@ -100,8 +101,4 @@ class LaneMarks:
 
     async def close(self) -> None:
         consumer, self._consumer = self._consumer, None
-        if consumer is not None:
-            try:
-                await consumer.stop()
-            except Exception:  # closing after a broker error: nothing more to do
-                log.debug("lane-marks reader did not stop cleanly", exc_info=True)
+        await stop_quietly(consumer, "lane-marks reader")

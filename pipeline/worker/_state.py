@@ -20,7 +20,7 @@ from typing import Any
 
 from ..retry import retry_transient
 
-__all__ = ["StateReader"]
+__all__ = ["StateReader", "stop_quietly"]
 
 log = logging.getLogger("prism.worker")
 
@@ -87,8 +87,13 @@ class StateReader:
 
     async def close(self) -> None:
         consumer, self._consumer = self._consumer, None
-        if consumer is not None:
-            try:
-                await consumer.stop()
-            except Exception:  # closing after a broker error: nothing more to do
-                log.debug("state reader did not stop cleanly", exc_info=True)
+        await stop_quietly(consumer, "state reader")
+
+
+async def stop_quietly(consumer: Any, what: str) -> None:
+    """Stop a group-less consumer, if there is one; a failure to stop is only logged."""
+    if consumer is not None:
+        try:
+            await consumer.stop()
+        except Exception:  # closing after a broker error: nothing more to do
+            log.debug("%s did not stop cleanly", what, exc_info=True)
