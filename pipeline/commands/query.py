@@ -2,9 +2,10 @@
 
 Read-only unless ``--allow-writes``: ClickHouse's own parser decides what the statement is,
 and only one SELECT/WITH/SHOW TABLES/SHOW CREATE/DESCRIBE/EXISTS/EXPLAIN whose every table
-is the ledger's own runs, with ClickHouse's ``readonly = 1`` (``sinks._readonly``). Handy
-with the embedded chDB engine, which one process owns at a time: run it while no worker
-holds the same path, or point ``--clickhouse`` at a server.
+is one of the ledger database's own tables and views runs, with ClickHouse's
+``readonly = 1`` (``sinks._readonly``). Handy with the embedded chDB engine, which one
+process owns at a time: run it while no worker holds the same path, or point
+``--clickhouse`` at a server.
 """
 
 from __future__ import annotations
