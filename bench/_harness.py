@@ -178,7 +178,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--state-store",
         choices=["rocksdb", "memory"],
         default="rocksdb",
-        help="the workers' table store (default %(default)s)",
+        help="faust's local store in the workers, which holds no tables (default %(default)s)",
     )
     p.add_argument(
         "--json",

@@ -333,9 +333,9 @@ def measure(
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """Run the chosen ``parts`` on one broker and one fleet; (rows, error messages).
 
-    ``state_store`` is the workers' table store; ``log_dir`` keeps their logs (default: the
-    temporary folder, removed at the end). A failing part is reported and the others still
-    run; the broker always stops.
+    ``state_store`` is faust's local store in the workers (no tables use it); ``log_dir``
+    keeps their logs (default: the temporary folder, removed at the end). A failing part is
+    reported and the others still run; the broker always stops.
     """
     from prism.devstack import LocalKafka, free_port
 

@@ -39,9 +39,8 @@ async def _ensure_topics(settings: Settings, extra: dict[str, int] | None) -> li
     }
     wanted[f"{settings.topic_prefix}.limit-deaths"] = 1
     wanted.update(extra or {})
-    # The workers' table changelogs, compacted as faust makes them. Made here, before any
-    # worker starts, so that no worker's metadata misses one that another worker created a
-    # moment earlier (faust then refuses table writes until its metadata refreshes).
+    # The workers' state changelogs, compacted: each key's last write is its state. Made
+    # here, before any worker starts, so that every worker finds them (worker/_state.py).
     compacted = {f"{settings.consumer_group}-{table}-changelog": n for table, n in
                  (("run-state", settings.partitions), ("alert-state", 1))}  # fmt: skip
     compacted[t.lane_marks] = 1  # each lane's latest event-time report (worker/_marks.py)

@@ -39,7 +39,8 @@ OPTIONS = {
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "worker",
-        help="consume prism.agent-events, apply run semantics, write the ledger",
+        help="consume the agent events and channel operations, apply run semantics, "
+        "write the ledger",
         description=_DESCRIPTION,
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,

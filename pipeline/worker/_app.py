@@ -17,8 +17,8 @@ shared with the timer and the alerter, these steps run in order, each with its g
    them later. A crash before this re-delivers the batch; the core's dedup, the insert
    tokens and the versioned tables make that change no count.
 
-Steps 3-4 of batch N (``_Stored``: its outputs, state bytes and the watermark as they
-were when N was stored) run while step 2 of batch N+1 runs in its thread: they touch
+Steps 3-4 of batch N (``_Stored``: its outputs, state bytes and its lanes' event-time
+reports as they were when N was stored) run while step 2 of batch N+1 runs in its thread: they touch
 neither the core nor the ledger writer. They always finish before batch N+1's, before a
 timer tick that ticks one of N's lanes and when no batch is waiting, so records, state
 writes and acknowledgements keep the batches' order, and no state or watermark of a
@@ -26,15 +26,17 @@ batch not yet in the ledger is ever written.
 
 Rebalances (``_settle``): the run state in memory is valid for one rebalance epoch, the
 span between two rebalances. While one is under way nothing is stepped: the consumer's
-generation still reads as the old one until the join completes, and the table holds only
-what its last recovery read, not the state this worker wrote since. A batch waits for the
+generation still reads as the old one until the join completes. A batch waits for the
 end, then is stepped if it was fetched in the new generation, else dropped (faust sought
 back to the committed offsets after its fetch); the timer waits too. The first step of a new epoch
-forgets every lane and restores each from the recovered table; a batch stepped in an
-earlier epoch gets no state writes and no acknowledgement (its records are read again).
+forgets every lane and restores each from its changelog, read back to its end
+(``_state``); a batch stepped in an earlier epoch gets no state writes and no
+acknowledgement (its records are read again).
 
-Limit deaths (and each partition's watermark) go through the single-partition
-``<prefix>.limit-deaths`` topic, so one alerter sees every tenant's deaths.
+Limit deaths and each lane's event-time report go through the single-partition
+``<prefix>.limit-deaths`` topic, so one alerter sees every tenant's deaths and decides
+them at the pipeline watermark (rule 16); the reports also go to ``<prefix>.lane-marks``,
+which every worker reads for one watermark across processes (``_marks``).
 """
 
 from __future__ import annotations
@@ -348,7 +350,7 @@ class PipelineWorker:
     def _settle(self) -> int | None:
         """Called under the lock before a step: the rebalance epoch, or None while a
         rebalance is under way (no step then). In a new epoch every lane is forgotten
-        first (a rebalance revokes them all); each is restored from the recovered table
+        first (a rebalance revokes them all); each is restored from its changelog
         when next stepped."""
         epoch = rebalance_epoch(self.app)
         if epoch is not None and epoch != self._epoch:
@@ -888,8 +890,8 @@ class PipelineWorker:
     async def _on_revoked(self, app: Any, revoked: set[Any], **_: Any) -> None:
         # Never wait for the lock here: a batch holding it may be waiting on the producer
         # or the consumer, which wait for this handler. The queued chunks go now; the lanes
-        # at the first step after the rebalance (``_settle``: their state is in the table,
-        # and a lane assigned back is restored from it).
+        # at the first step after the rebalance (``_settle``: their state is in their
+        # changelog, and a lane assigned back is read back from it).
         self.bulk.forget((tp.topic, tp.partition) for tp in revoked)
 
     def _log_summary(self) -> None:

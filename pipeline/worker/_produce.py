@@ -9,9 +9,9 @@ one. Transient errors (no leader, timeouts) are retried with backoff like every 
 broker call (``retry.retry_transient``), the whole set again: records are keyed, state
 writes are idempotent, outputs are at-least-once by contract.
 
-Run state goes straight to the table's changelog topic, partitioned like the source
-lane; the changelog is what a worker recovers from (faust replays it into the table's
-local store on assignment), so the local store is not written during processing.
+Run state goes to the run-state changelog topic, partitioned like the source lane; the
+changelog is what the next owner of the partition reads back to its end on assignment
+(``_state.StateReader``).
 """
 
 from __future__ import annotations
