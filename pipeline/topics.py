@@ -15,6 +15,14 @@ from .settings import Settings
 __all__ = ["ensure_topics", "worker_env"]
 
 
+COMPACTED = {
+    "cleanup.policy": "compact",
+    "segment.ms": str(10 * 60 * 1000),
+    "min.cleanable.dirty.ratio": "0.1",
+}
+"""Topic settings of the state changelogs and the lane-marks topic."""
+
+
 async def ensure_topics(
     settings: Settings, *, extra: dict[str, int] | None = None, deadline: float = DEFAULT_DEADLINE
 ) -> list[str]:
@@ -41,6 +49,9 @@ async def _ensure_topics(settings: Settings, extra: dict[str, int] | None) -> li
     wanted.update(extra or {})
     # The workers' state changelogs, compacted: each key's last write is its state. Made
     # here, before any worker starts, so that every worker finds them (worker/_state.py).
+    # A restore reads a partition to its end, so what it reads is bounded by how soon old
+    # writes are compacted away: segments roll every 10 minutes (only closed segments are
+    # compacted) and the cleaner runs once a tenth of a log is superseded writes.
     compacted = {f"{settings.consumer_group}-{table}-changelog": n for table, n in
                  (("run-state", settings.partitions), ("alert-state", 1))}  # fmt: skip
     compacted[t.lane_marks] = 1  # each lane's latest event-time report (worker/_marks.py)
@@ -57,7 +68,7 @@ async def _ensure_topics(settings: Settings, extra: dict[str, int] | None) -> li
                 n,
                 p,
                 settings.replication_factor,
-                topic_configs=sized | ({"cleanup.policy": "compact"} if n in compacted else {}),
+                topic_configs=sized | (COMPACTED if n in compacted else {}),
             )
             for n, p in wanted.items()
             if n not in existing

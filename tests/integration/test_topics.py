@@ -18,7 +18,10 @@ def test_topics_and_the_table_changelogs_are_created_once(
     kafka_bootstrap: str, topic_prefix: str
 ) -> None:
     settings = load_settings(
-        kafka_bootstrap_servers=kafka_bootstrap, topic_prefix=topic_prefix, partitions=3
+        kafka_bootstrap_servers=kafka_bootstrap,
+        topic_prefix=topic_prefix,
+        consumer_group=f"{topic_prefix}-group",  # its changelogs are this test's alone
+        partitions=3,
     )
     group = settings.consumer_group
 
@@ -38,6 +41,11 @@ def test_topics_and_the_table_changelogs_are_created_once(
             found_configs = {
                 res[3]: dict((e[0], e[1]) for e in res[4]) for r in configs for res in r.resources
             }
+            compaction = {
+                n: (found_configs[n]["segment.ms"], found_configs[n]["min.cleanable.dirty.ratio"])
+                for n in names[:2]
+            }
+            assert compaction == dict.fromkeys(names[:2], ("600000", "0.1")), compaction
             return first, again, {
                 n: (described[n], found_configs[n]["cleanup.policy"],
                     int(found_configs[n]["max.message.bytes"]))
