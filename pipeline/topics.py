@@ -12,7 +12,11 @@ from typing import Any
 from .retry import DEFAULT_DEADLINE, retry_transient
 from .settings import Settings
 
-__all__ = ["ensure_topics", "worker_env"]
+__all__ = ["PartitionsChanged", "check_partitions", "ensure_topics", "worker_env"]
+
+
+class PartitionsChanged(RuntimeError):
+    """The input's partition count differs from the one the pipeline's state was kept for."""
 
 
 COMPACTED = {
@@ -77,6 +81,54 @@ async def _ensure_topics(settings: Settings, extra: dict[str, int] | None) -> li
             with contextlib.suppress(TopicAlreadyExistsError):
                 await admin.create_topics(new)
         return [n.name for n in new]
+    finally:
+        await admin.close()
+
+
+async def check_partitions(settings: Settings, *, deadline: float = DEFAULT_DEADLINE) -> None:
+    """Refuse to run when the input topics' partition count is not the one the lanes' state
+    was kept for (the run-state changelog's), nor ``PRISM_PARTITIONS``.
+
+    A run's home partition is the default partitioner's hash of its ``runId`` modulo the
+    count: adding partitions moves most runs' home, so their open state would be read by
+    lanes that never see their events again (schemas/CONTRACT.md, Transport).
+    """
+    t = settings.topics
+    state = f"{settings.consumer_group}-run-state-changelog"
+    counts = await retry_transient(
+        lambda: _partition_counts(settings, [t.input, t.channel_operations, state]),
+        what="reading the pipeline's partition counts",
+        bootstrap=settings.kafka_bootstrap_servers,
+        deadline=deadline,
+    )
+    kept = counts.get(state)
+    found = {n: c for n, c in counts.items() if n != state}
+    if kept is None or set(found.values()) | {settings.partitions} == {kept}:
+        return
+    listed = ", ".join(f"{n} has {c}" for n, c in sorted(found.items()))
+    raise PartitionsChanged(
+        f"the pipeline's state was kept for {kept} partitions ({state}) but {listed} and "
+        f"PRISM_PARTITIONS is {settings.partitions}: a run's home partition is its runId's "
+        "hash modulo the count, so a changed count moves most open runs away from their "
+        "state. To migrate: stop the producers (or wait until the open runs closed), let "
+        f"every worker of group {settings.consumer_group} drain, then start the workers "
+        "under a new PRISM_CONSUMER_GROUP with PRISM_PARTITIONS set to the topics' count "
+        "(their state changelogs are made for it); or rebuild the ledger from the topics "
+        "into a new database (prism-pipeline rebuild --database NEW), which reads every "
+        "partition. Or put the partition count back."
+    )
+
+
+async def _partition_counts(settings: Settings, names: list[str]) -> dict[str, int]:
+    """Partitions of each of ``names`` that exists, from one admin client's metadata."""
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    admin = AIOKafkaAdminClient(**settings.aiokafka_kwargs())
+    try:
+        await admin.start()
+        existing = set(await admin.list_topics())
+        found = await admin.describe_topics([n for n in names if n in existing])
+        return {d["topic"]: len(d["partitions"]) for d in found}
     finally:
         await admin.close()
 

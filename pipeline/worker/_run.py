@@ -79,7 +79,7 @@ def run_worker(
 
     import faust
 
-    from ..topics import ensure_topics
+    from ..topics import check_partitions, ensure_topics
 
     # The configuration first, before anything is done on the broker: the ledger opened and
     # migrated (DSN, path, credentials), the alert sinks built, the metrics port bound.
@@ -96,6 +96,7 @@ def run_worker(
         created = asyncio.run(ensure_topics(settings))
         if created:
             log.info("created topics: %s", ", ".join(created))
+        asyncio.run(check_partitions(settings))  # the lanes' state fits the input's count
         log.info(
             "worker starting: topic=%s group=%s ledger=%s gil_switch_interval=%gs",
             settings.topics.input,

@@ -1,15 +1,20 @@
-"""``ensure_topics`` makes every topic the pipeline and its workers use, before any worker."""
+"""``ensure_topics`` makes every topic the pipeline and its workers use, before any worker;
+``check_partitions`` refuses an input whose partition count the state was not kept for."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
-from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.admin import AIOKafkaAdminClient, NewPartitions
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from prism.pipeline.settings import load_settings
-from prism.pipeline.topics import ensure_topics
+from prism.pipeline.topics import PartitionsChanged, check_partitions, ensure_topics
 
 pytestmark = pytest.mark.integration
 
@@ -64,3 +69,49 @@ def test_topics_and_the_table_changelogs_are_created_once(
         f"{group}-alert-state-changelog": (1, "compact", size),
         settings.topics.input: (3, "delete", size),
     }
+
+
+def test_a_changed_partition_count_is_refused_with_the_way_to_migrate(
+    kafka_bootstrap: str, topic_prefix: str, tmp_path: Path
+) -> None:
+    settings = load_settings(
+        kafka_bootstrap_servers=kafka_bootstrap,
+        topic_prefix=topic_prefix,
+        consumer_group=f"{topic_prefix}-group",
+        partitions=3,
+    )
+    asyncio.run(ensure_topics(settings))
+    asyncio.run(check_partitions(settings))  # as made: nothing to say
+    with pytest.raises(PartitionsChanged, match="PRISM_PARTITIONS is 4"):
+        asyncio.run(check_partitions(settings.model_copy(update={"partitions": 4})))
+
+    async def grow() -> None:
+        admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+        await admin.start()
+        try:
+            await admin.create_partitions({settings.topics.input: NewPartitions(6)})
+        finally:
+            await admin.close()
+
+    asyncio.run(grow())
+    with pytest.raises(PartitionsChanged) as refused:
+        asyncio.run(check_partitions(settings))
+    text = str(refused.value)
+    assert f"{settings.topics.input} has 6" in text and "kept for 3 partitions" in text
+    assert "new PRISM_CONSUMER_GROUP" in text and "rebuild --database" in text
+    # the worker says so in one line before faust starts, and exits non-zero
+    env = {
+        **os.environ,
+        "PRISM_KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap,
+        "PRISM_TOPIC_PREFIX": topic_prefix,
+        "PRISM_CONSUMER_GROUP": settings.consumer_group,
+        "PRISM_PARTITIONS": "3",
+        "PRISM_CLICKHOUSE_DSN": f"chdb://{tmp_path / 'ledger'}",
+        "PRISM_STATE_DIR": str(tmp_path / "state"),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "prism.pipeline.cli", "worker"],
+        env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert "kept for 3 partitions" in done.stderr and "Traceback" not in done.stderr
