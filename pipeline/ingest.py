@@ -5,7 +5,10 @@ line's ``schema``.
 
 For backfills, debugging and reproducible results. Lines go through ``core.Intake`` like
 Kafka records do (a line number is the offset, partition -1); malformed lines become
-dead-letter rows with their line number. At the end every run whose terminal arrived is
+dead-letter rows with their line number. As in the worker, batches are of 20,000 lines
+by default, and the next batch's lines are parsed in a thread of their own while this
+batch's rows are inserted (``Intake.parse_ahead``): the file is read one batch ahead, so
+at most two batches of lines are in hand. At the end every run whose terminal arrived is
 closed (gaps recorded) and the stale rule runs on the event-time watermark. Grace is
 judged on event time only, so the same input gives the same ledger apart from its
 processing columns (``received_at``, versions).
@@ -23,7 +26,9 @@ Example::
 
 from __future__ import annotations
 
+import logging
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
@@ -34,6 +39,7 @@ from prism.schemas import MAX_EVENT_BYTES, LedgerBatch
 from prism.sinks import StateTable
 
 from .core import CoreConfig, ExhaustionAlerter, InRecord, Intake, Output, store_isolating
+from .settings import Settings
 
 __all__ = [
     "IngestSummary",
@@ -46,6 +52,13 @@ __all__ = [
 
 FILE_PARTITION = -1
 _ALERTER_KEY = "a\x1falerter"
+BATCH_SIZE: int = Settings.model_fields["batch_max_events"].default  # the worker's batch
+# As the worker parses ahead (``worker._app``): values per slice, and the pause after each
+# slice that hands the GIL back to the store's thread as soon as an INSERT returns.
+_PARSE_AHEAD_SLICE = 128
+_PARSE_AHEAD_PAUSE = 0.0001  # seconds
+
+log = logging.getLogger("prism.ingest")
 
 
 def render_counts(counts: Counter[str], prefix: str) -> str:
@@ -71,6 +84,9 @@ class IngestSummary:
     stats: Counter[str] = field(default_factory=Counter)
     runs_by_status: dict[str, int] = field(default_factory=dict)
     alerts: int = 0
+    # values whose parse a step took from the parse ahead: how the replay ran, not what the
+    # ledger holds, so it is not rendered
+    parsed_ahead: int = 0
 
     @property
     def dlq(self) -> Counter[str]:
@@ -189,9 +205,10 @@ def ingest_lines(
     store: Callable[[Output], None] | None,
     config: CoreConfig | None = None,
     state: StateTable | None = None,
-    batch_size: int = 5000,
+    batch_size: int = BATCH_SIZE,
     batch_bytes: int = 16 << 20,
     max_event_bytes: int = MAX_EVENT_BYTES,
+    parse_ahead: bool = True,
     on_batch: Callable[[int], None] | None = None,
     clock: Callable[[], float] = time.time,
 ) -> IngestSummary:
@@ -199,6 +216,9 @@ def ingest_lines(
 
     Blank lines are skipped (and counted by number). A batch closes at ``batch_size``
     lines or ``batch_bytes`` bytes. ``store`` None: a dry run that stores nothing.
+    ``parse_ahead`` (``Settings.parse_ahead``): read the next batch before this one is
+    stepped and parse it in a thread while this batch is stored; the ledger and the summary
+    are the same either way.
     """
     config = config or CoreConfig(processing_grace=False)
     alerter = ExhaustionAlerter(config.alert_window_s, config.alert_threshold, config.lateness_s)
@@ -224,30 +244,102 @@ def ingest_lines(
             assert intake.alerter is not None
             state.save({**out.state_writes, _ALERTER_KEY: intake.alerter.to_bytes()})
 
-    batch: list[InRecord] = []
-    size = 0
-    line_no = 0
-    for line in lines:
-        line_no += 1
-        if line.strip():
-            batch.append(InRecord(line, source, FILE_PARTITION, line_no))
-            size += len(line)
-        if len(batch) >= batch_size or size >= batch_bytes:
-            persist(store_isolating(intake, {FILE_PARTITION: batch}, clock(), keep))
+    reader = _Batches(lines, source, batch_size, batch_bytes)
+    batches = iter(reader)
+    batch = next(batches, None)
+    ahead: _ParseAhead | None = None  # the parse of ``batch``, begun beside the last store
+    try:
+        while batch is not None:
+            if ahead is not None:  # this step takes what was parsed and parses the rest
+                ahead.stop()
+            following = next(batches, None) if parse_ahead else None  # two batches in hand
+            ahead = _ParseAhead(intake, following) if following else None
+            step_store = keep if ahead is None else ahead.beside(keep)
+            persist(store_isolating(intake, {FILE_PARTITION: batch}, clock(), step_store))
             if on_batch is not None:
                 on_batch(len(batch))
-            batch, size = [], 0
-    if batch:
-        persist(store_isolating(intake, {FILE_PARTITION: batch}, clock(), keep))
-        if on_batch is not None:
-            on_batch(len(batch))
+            del batch  # without parse ahead the next batch is read with none in hand
+            batch = following if parse_ahead else next(batches, None)
+    finally:
+        if ahead is not None:
+            ahead.stop()
     final = intake.finalize(clock())
-    final.ranges.append((source, FILE_PARTITION, line_no + 1, line_no + 1))
+    final.ranges.append((source, FILE_PARTITION, reader.lines + 1, reader.lines + 1))
     keep(final)
     persist(final)
-    summary.lines = line_no
+    summary.lines = reader.lines
+    summary.parsed_ahead = intake.ahead_used
     tally.fill(summary)
     return summary
+
+
+class _Batches:
+    """The lines as batches of records, numbered from 1; ``lines`` counts those read."""
+
+    def __init__(self, lines: Iterable[bytes], source: str, size: int, max_bytes: int) -> None:
+        self._lines, self._source, self._size, self._bytes = lines, source, size, max_bytes
+        self.lines = 0
+
+    def __iter__(self) -> Iterator[list[InRecord]]:
+        batch: list[InRecord] = []
+        size = 0
+        for line in self._lines:
+            self.lines += 1
+            if line.strip():
+                batch.append(InRecord(line, self._source, FILE_PARTITION, self.lines))
+                size += len(line)
+            if len(batch) >= self._size or size >= self._bytes:
+                yield batch
+                batch, size = [], 0
+        if batch:
+            yield batch
+
+
+class _ParseAhead:
+    """The next batch's parse in a thread of its own, as the worker's: it begins once this
+    batch's store has (the step's own parse is done by then; the INSERTs wait on ClickHouse
+    without the GIL) and ends at ``stop``, when the next step begins. That step takes each
+    result by the identity of its value and parses every value not reached itself."""
+
+    __slots__ = ("_start", "_stop", "_thread")
+
+    def __init__(self, intake: Intake, records: list[InRecord]) -> None:
+        self._start = threading.Event()
+        self._stop = threading.Event()
+        values = [r.value for r in records]
+        self._thread = threading.Thread(
+            target=self._parse, args=(intake, values), name="prism-parse-ahead", daemon=True
+        )
+        self._thread.start()
+
+    def beside(self, store: Callable[[Output], None]) -> Callable[[Output], None]:
+        """``store`` that lets the parse begin as it starts."""
+
+        def storing(out: Output) -> None:
+            self._start.set()
+            store(out)
+
+        return storing
+
+    def stop(self) -> None:
+        """End the parse and its thread (within one slice); what it reached stays parsed."""
+        self._stop.set()
+        self._start.set()
+        self._thread.join()
+
+    def _parse(self, intake: Intake, values: list[bytes | None]) -> None:
+        self._start.wait()
+        if self._stop.is_set():
+            return
+        try:
+            intake.parse_ahead(
+                values,
+                slice_size=_PARSE_AHEAD_SLICE,
+                between=lambda: time.sleep(_PARSE_AHEAD_PAUSE),
+                stop=self._stop.is_set,
+            )
+        except Exception:  # the next step parses every value itself
+            log.exception("parsing the next batch ahead failed")
 
 
 def open_input(path: str) -> BinaryIO:

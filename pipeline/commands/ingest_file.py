@@ -16,7 +16,11 @@ field. Malformed lines go to the dead_letters table with their line number. At t
 every run whose terminal arrived is closed and the stale rule is applied on the event-time
 watermark. The run state is kept in the ledger (table ingest_state), so a backfill split
 over several files gives the ledger one file would. Ingesting the same file again changes
-nothing. Prints a summary."""
+nothing. Prints a summary.
+
+Batches are the worker's (PRISM_BATCH_MAX_EVENTS lines, 20000 by default), and as in the
+worker the next batch is parsed while this one is inserted (PRISM_PARSE_AHEAD=false: each
+batch is parsed in its own step; the ledger is the same either way)."""
 
 _EPILOG = """\
 examples:
@@ -40,7 +44,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--clickhouse", help="ledger DSN (default PRISM_CLICKHOUSE_DSN)")
     p.add_argument("--database", help="ledger database (default PRISM_CLICKHOUSE_DATABASE)")
     p.add_argument(
-        "--batch-size", type=whole(1), default=5000, help="lines per batch (default 5000)"
+        "--batch-size",
+        type=whole(1),
+        help="lines per batch (default PRISM_BATCH_MAX_EVENTS, the worker's: 20000)",
     )
     p.add_argument("--no-progress", action="store_true", help="never show a progress bar")
     p.set_defaults(func=_run)
@@ -76,8 +82,9 @@ def _run(args: argparse.Namespace) -> int:
             store=store,
             config=settings.core_config(processing_grace=False),
             state=sinks.StateTable(client, settings.clickhouse_database),
-            batch_size=args.batch_size,
+            batch_size=args.batch_size or settings.batch_max_events,
             max_event_bytes=settings.max_event_bytes,
+            parse_ahead=settings.parse_ahead,
             on_batch=bar.update if bar is not None else None,
         )
     if bar is not None:
