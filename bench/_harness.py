@@ -1,9 +1,9 @@
 """``python -m bench``: run the benchmarks, print one table and the targets, write the JSON.
 
-Order: the pipeline parts (``baseline``, ``worker``, ``freshness``; one broker, one fleet),
-then ``stages`` (the worker's store step per stage, in-process), ``publisher`` (its own
-broker), ``parse``, ``ledger`` and ``scaleout`` (its own broker; 1, 2 and 3 worker
-processes in one group). A benchmark that fails is
+Order: the pipeline parts (``baseline``, ``worker``, ``ingest``, ``freshness``; one broker,
+one fleet), then ``stages`` (the worker's store step per stage, in-process),
+``publisher`` (its own broker), ``parse``, ``ledger`` and ``scaleout`` (its own broker;
+1, 2 and 3 worker processes in one group). A benchmark that fails is
 reported and the rest still run; the exit code is then 1. Targets are reported, never
 asserted: each shows the measured value and "met", "not met" or "not measured".
 """
@@ -38,7 +38,7 @@ __all__ = [
     "results_document",
 ]
 
-PIPELINE_PARTS = ("baseline", "worker", "freshness")
+PIPELINE_PARTS = ("baseline", "worker", "ingest", "freshness")
 MODULE_BENCHES = ("stages", "publisher", "parse", "ledger", "scaleout")
 NAMES = (*PIPELINE_PARTS, *MODULE_BENCHES)
 ALIASES = {"pipeline": PIPELINE_PARTS, "all": NAMES}
@@ -157,13 +157,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         action="extend",
         metavar="NAME",
         choices=[*NAMES, *ALIASES],
-        help=f"run only these: {', '.join(NAMES)} (or 'pipeline' for the first three)",
+        help=f"run only these: {', '.join(NAMES)} (or 'pipeline' for the first four)",
     )
     p.add_argument(
         "--events",
         type=_positive_int,
         metavar="N",
-        help="fleet size for baseline/worker (default 200000; quick 30000)",
+        help="fleet size for baseline/worker/ingest (default 200000; quick 30000)",
     )
     p.add_argument(
         "--rate",

@@ -13,6 +13,9 @@ one simulated fleet without chaos (~200k events; quick: ~30k), published once to
   ``events * (batches - 1) / batches / (last_batch_at - first_batch_at)``. Without a
   stats file, from committed offsets sampled every 0.5 s. Peak RSS is the worker's
   ``VmHWM`` just before it is stopped.
+- ``ingest``: the same fleet as a JSONL file through ``prism-pipeline ingest-file`` in a
+  child process (``bench.bench_ingest``): events over the command's wall time, and its
+  peak RSS, beside the worker's. It needs no broker.
 - ``freshness``: at each offered rate (default 2,500 and 5,000 events/s), a fresh topic
   and a fresh worker; after a warm-up of a few records, records of the same fleet
   re-stamped with ``ts`` = now (``bench._load``) are offered at that rate for 30 s (quick:
@@ -44,7 +47,8 @@ from typing import Any
 __all__ = ["DEFAULT_RATES", "PARTS", "measure", "peak_rss_kib", "read_stats", "run", "stats_rate"]
 
 BENCH = "pipeline"
-PARTS = ("baseline", "worker", "freshness")
+PARTS = ("baseline", "worker", "ingest", "freshness")
+KAFKA_PARTS = ("baseline", "worker", "freshness")  # the parts that need the broker
 DEFAULT_RATES = (2500.0, 5000.0)  # events/s offered in turn in the freshness part
 EVENTS_FULL, EVENTS_QUICK = 200_000, 30_000
 FRESHNESS_SECONDS_FULL, FRESHNESS_SECONDS_QUICK = 30.0, 10.0
@@ -337,6 +341,7 @@ def measure(
     keeps their logs (default: the temporary folder, removed at the end). A failing part is
     reported and the others still run; the broker always stops.
     """
+    from bench.bench_ingest import measure_ingest
     from prism.devstack import LocalKafka, free_port
 
     unknown = sorted(set(parts) - set(PARTS))
@@ -351,10 +356,12 @@ def measure(
         logs = log_dir or root
         logs.mkdir(parents=True, exist_ok=True)
         broker = LocalKafka(state_dir=root / "kafka", port=free_port())
+        kafka = any(p in KAFKA_PARTS for p in parts)
         t0 = time.perf_counter()
         try:
-            broker.up()
-            log(f"broker up at {broker.bootstrap} in {time.perf_counter() - t0:.1f}s")
+            if kafka:
+                broker.up()
+                log(f"broker up at {broker.bootstrap} in {time.perf_counter() - t0:.1f}s")
             throughput = _settings(broker.bootstrap, "throughput", root, state_store)
             publish = "baseline" in parts or "worker" in parts
             values = _publish_fleet(target, throughput, log, publish=publish)
@@ -363,6 +370,7 @@ def measure(
             steps: list[tuple[str, str, Callable[[], list[dict[str, Any]]]]] = [
                 ("baseline", "baseline", lambda: _baseline(throughput, len(values), root, log)),
                 ("worker", "worker", lambda: _worker(throughput, len(values), logs, log)),
+                ("ingest", "ingest-file", lambda: measure_ingest(values, root, logs, log)),
             ]
             steps += [
                 ("freshness", f"freshness at {rate:,.0f} events/s",
@@ -379,7 +387,8 @@ def measure(
                     errors.append(f"pipeline/{name}: {type(exc).__name__}: {exc}")
                     log(errors[-1])
         finally:
-            broker.down()
+            if kafka:
+                broker.down()
     figures = {r["metric"]: r["value"] for r in rows}
     if "baseline_events_per_s" in figures and "worker_events_per_s" in figures:
         ratio = 100 * figures["worker_events_per_s"] / figures["baseline_events_per_s"]

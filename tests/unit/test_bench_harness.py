@@ -18,7 +18,7 @@ def _row(bench: str, metric: str, value: float, unit: str) -> dict[str, object]:
 def test_defaults_run_every_benchmark_in_order() -> None:
     args = harness.parse_args([])
     assert args.only == [
-        "baseline", "worker", "freshness", "stages", "publisher", "parse", "ledger",
+        "baseline", "worker", "ingest", "freshness", "stages", "publisher", "parse", "ledger",
         "scaleout",
     ]  # fmt: skip
     assert (args.quick, args.events, args.rate, args.json) == (False, None, [2500.0, 5000.0], None)
@@ -28,7 +28,7 @@ def test_defaults_run_every_benchmark_in_order() -> None:
 def test_only_expands_pipeline_and_keeps_the_run_order() -> None:
     args = harness.parse_args(["--quick", "--only", "ledger", "pipeline", "--only", "parse"])
     assert args.quick
-    assert args.only == ["baseline", "worker", "freshness", "parse", "ledger"]
+    assert args.only == ["baseline", "worker", "ingest", "freshness", "parse", "ledger"]
 
 
 def test_options_are_parsed() -> None:
@@ -167,3 +167,50 @@ def test_the_worker_stage_rows_come_from_the_stats_file() -> None:
         ("worker_stage_step_thread", 80.25, "us/event"),
     ]
     assert stage_rows({"events": 3}) == []  # a stats file from before the stage figures
+
+
+def test_the_ingest_rows_give_events_over_the_commands_wall_time_and_its_peak_rss() -> None:
+    from bench.bench_ingest import ingest_rows
+
+    rows = ingest_rows(200_000, 16.0, 700 * 1024, startup=1.5)
+    assert [(r["bench"], r["metric"], r["value"], r["unit"]) for r in rows] == [
+        ("pipeline", "ingest_events_per_s", 12_500.0, "events/s"),
+        ("pipeline", "ingest_seconds", 16.0, "s"),
+        ("pipeline", "ingest_startup", 1.5, "s"),
+        ("pipeline", "ingest_peak_rss", 700.0, "MiB"),
+    ]
+    assert "ingest_startup" not in {r["metric"] for r in ingest_rows(10, 1.0, 1024)}
+    with pytest.raises(ValueError, match="no ingest rate"):
+        ingest_rows(0, 1.0, 1024)
+    table = harness.render_table(rows)  # beside the worker's rows, in the one table
+    assert "ingest_events_per_s" in table and "12,500" in table
+
+
+def test_only_ingest_runs_the_ingest_part_without_a_broker(monkeypatch: pytest.MonkeyPatch) -> None:
+    from bench import bench_ingest, bench_pipeline
+
+    assert harness.parse_args(["--only", "ingest"]).only == ["ingest"]
+
+    class NoBroker:
+        def __init__(self, **_: object) -> None:
+            self.bootstrap = "127.0.0.1:1"
+
+        def up(self) -> None:
+            raise AssertionError("the ingest part needs no broker")
+
+        def down(self) -> None:
+            raise AssertionError("the ingest part needs no broker")
+
+    seen: list[int] = []
+
+    def fake_ingest(values, root, logs, log):  # type: ignore[no-untyped-def]
+        seen.append(len(values))
+        return bench_ingest.ingest_rows(len(values), 2.0, 2048)
+
+    monkeypatch.setattr("prism.devstack.LocalKafka", NoBroker)
+    monkeypatch.setattr(bench_ingest, "measure_ingest", fake_ingest)
+    rows, errors = bench_pipeline.measure(events=300, parts=["ingest"], log=lambda _: None)
+    assert errors == [] and seen == [rows[0]["value"]]
+    assert [r["metric"] for r in rows] == [
+        "fleet_events", "ingest_events_per_s", "ingest_seconds", "ingest_peak_rss",
+    ]  # fmt: skip
