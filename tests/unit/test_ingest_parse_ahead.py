@@ -66,7 +66,7 @@ def _refusing(ledger: FinalLedger, stored: list[LedgerBatch]) -> Callable[[Outpu
 def _replay(
     lines: list[bytes], size: int, parse_ahead: bool, kind: Callable[..., Callable[[Output], None]]
 ) -> tuple[list[LedgerBatch], FinalLedger, IngestSummary]:
-    ledger, stored = FinalLedger(), []
+    ledger, stored = FinalLedger(), list[LedgerBatch]()
     summary = ingest_lines(
         lines, source="file:fleet", store=kind(ledger, stored), config=CONFIG,
         batch_size=size, parse_ahead=parse_ahead, clock=lambda: NOW,
