@@ -57,24 +57,22 @@ from typing import Any, cast
 import faust
 from faust.types import TP
 
-from prism.schemas import AlertRow, LedgerBatch, ProgressRow
+from prism.schemas import AlertRow, ProgressRow
 
 from .._store import LedgerSink, LedgerStore, LedgerUnavailable
 from ..core import (
-    ExhaustionAlerter,
     InRecord,
     Intake,
     LaneReport,
     Output,
     OutRecord,
     PermanentStoreError,
-    alert_record,
     death_record,
-    decode_alerter_input,
     lane_record,
     store_isolating,
 )
 from ..settings import Settings
+from ._alerter import AlertDesk
 from ._bulk import BulkIntake, Chunk
 from ._faust import (
     acknowledge,
@@ -101,7 +99,6 @@ __all__ = ["AlertSink", "PipelineWorker"]
 log = logging.getLogger("prism.worker")
 
 AlertSink = Callable[[list[AlertRow]], Awaitable[None]]
-_ALERTER_KEY = b"alerter"
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,16 +156,15 @@ class PipelineWorker:
             self.app, self.topics.input, settings.partitions, self.topics.channel_operations
         )
         self.deaths = raw_topic(self.app, self.topics.limit_deaths, 1)
-        # lane and alerter state: written by the worker, read back by it (``_state``)
+        # lane state: written by the worker, read back by it (``_state``)
         self._changelog = f"{settings.consumer_group}-run-state-changelog"
-        self._alert_changelog = f"{settings.consumer_group}-alert-state-changelog"
         self.state_reader = StateReader(self._changelog, settings.aiokafka_kwargs())
-        self.alert_reader = StateReader(self._alert_changelog, settings.aiokafka_kwargs())
         self._read_state: dict[int, dict[bytes, bytes]] = {}  # partition -> its state, once
         self.producer = RecordProducer(
             settings.aiokafka_kwargs(), max_request_size=settings.max_record_bytes
         )
         self.intake = Intake(settings.core_config(), max_event_bytes=settings.max_event_bytes)
+        self.alerts = AlertDesk(settings, self.intake.config, self.producer)  # limit-deaths'
         self.stats: Counter[str] = Counter()
         self._stopping = False
         self.store = LedgerStore(
@@ -179,7 +175,6 @@ class PipelineWorker:
             self.topics.channel_operations, settings.aiokafka_kwargs()
         )
         self.last_offset: dict[int, int] = {}  # lane -> last offset of its last batch
-        self.alerter: ExhaustionAlerter | None = None
         self._reported: dict[int, tuple[LaneReport, float]] = {}  # lane -> last sent, when
         self.marks = LaneMarks(self.topics.lane_marks, settings.aiokafka_kwargs())
         self._idle_since: dict[int, float] = {}  # lane -> processing time it went idle
@@ -803,54 +798,22 @@ class PipelineWorker:
 
     async def _alert_batch(self, events: Sequence[Any]) -> None:
         epoch = rebalance_epoch(self.app)
-        alerter = await self._alerter()
-        deaths, reports = decode_alerter_input([e.message.value for e in events])
-        late = alerter.late
-        alerter.observe(deaths)
-        for lane, report in reports.items():
-            alerter.report(lane, report)
-        rows = alerter.decide()
-        self.stats["alerts.late_deaths"] += alerter.late - late
-        if rows:
-            first, last = events[0].message.offset, events[-1].message.offset
-            out = Output(ledger=LedgerBatch(alerts=rows))
-            out.ranges.append((self.topics.limit_deaths, 0, first, last))
-            out.alerts.extend(alert_record(r) for r in rows)
+        first, last = events[0].message.offset, events[-1].message.offset
+        out = await self.alerts.step([e.message.value for e in events], first, last)
+        self.stats.update(out.stats)
+        if out.ledger.alerts:
             await asyncio.to_thread(self.store, out)
             await self._publish(out)
-            await self._notify(rows)
-        if epoch is None or rebalance_epoch(self.app) != epoch or not self._holds_deaths():
-            # the partition may be another worker's now: it reads the state from the
-            # changelog and the deaths again from the group's commit
-            log.info("alerter state not written: limit-deaths was reassigned")
-            self.alerter = None
-            return
-        state = ProducedRecord(self._alert_changelog, _ALERTER_KEY, alerter.to_bytes(), 0)
-        await self.producer.send_all([state])
+            await self._notify(out.ledger.alerts)
+        # the partition may be another worker's now: then the state is not written here
+        held = epoch is not None and rebalance_epoch(self.app) == epoch and self._holds_deaths()
+        await self.alerts.save(still_held=held)
 
     def _holds_deaths(self) -> bool:
         try:
             return TP(self.topics.limit_deaths, 0) in self.app.consumer.assignment()
         except Exception:  # no consumer assignment yet
             return False
-
-    async def _alerter(self) -> ExhaustionAlerter:
-        """The one alerter (rule 16), restored from its changelog; it waits for a report
-        from each partition of the input before it decides anything."""
-        if self.alerter is None:
-            raw = (await self.alert_reader.read(0)).get(_ALERTER_KEY)
-            cfg = self.intake.config
-            alerter = None
-            if raw:
-                try:
-                    alerter = ExhaustionAlerter.from_bytes(raw)
-                except ValueError as exc:  # an older format: decide again from here on
-                    log.warning("%s; the alerter starts over", exc)
-            if alerter is None:
-                alerter = ExhaustionAlerter(cfg.alert_window_s, cfg.alert_threshold, cfg.lateness_s)
-            alerter.expect(range(self.settings.partitions))
-            self.alerter = alerter
-        return self.alerter
 
     async def _notify(self, rows: list[AlertRow]) -> None:
         for sink in self.alert_sinks:
@@ -883,7 +846,7 @@ class PipelineWorker:
         await self.read_back.close()
         await self.marks.close()
         await self.state_reader.close()
-        await self.alert_reader.close()
+        await self.alerts.close()
         await self.producer.close()
         await self.read_back_channel.close()
 

@@ -93,7 +93,7 @@ def worker(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> tuple[PipelineWork
 
     monkeypatch.setattr(w.producer, "send_all", send_all)
     monkeypatch.setattr(w.state_reader, "read", reader(w._changelog))
-    monkeypatch.setattr(w.alert_reader, "read", reader(w._alert_changelog))
+    monkeypatch.setattr(w.alerts.reader, "read", reader(w.alerts.changelog))
     monkeypatch.setattr(w.read_back, "log_start", log_start)
     monkeypatch.setattr(_app, "acknowledge", acknowledge)
     return w, timeline
