@@ -559,11 +559,28 @@ class PipelineWorker:
             assigned = list(self.app.consumer.assignment())
         except Exception:  # no consumer assignment yet
             return
-        for tp in assigned:
-            lane = lane_of(self.topics, tp.topic, tp.partition)
-            if lane is not None:
-                await self._restore(lane)
+        found = (lane_of(self.topics, tp.topic, tp.partition) for tp in assigned)
+        lanes = [lane for lane in found if lane is not None and lane not in self._loaded]
+        wanted = {source_of(self.topics, lane)[1] for lane in lanes}
+        await self._read_states(wanted - set(self._read_state))
+        for lane in lanes:
+            await self._restore(lane)
         self._read_state.clear()  # every assigned lane has what it needs of it
+
+    async def _read_states(self, partitions: set[int]) -> None:
+        """Read these changelog partitions back, all at once, into ``_read_state``."""
+        if not partitions:
+            return
+        self._read_state.update(await self.state_reader.read_many(partitions))
+        n, records, seconds = self.state_reader.last_read
+        self.stats["state_restores"] += n
+        self.telemetry.counts["state_restore_ms_max"] = max(
+            self.telemetry.counts["state_restore_ms_max"], int(seconds * 1000)
+        )
+        log.info(
+            "%s%s: read %d state record(s) in %.2fs",
+            self._changelog, sorted(partitions), records, seconds,
+        )  # fmt: skip
 
     async def _restore(self, partition: int) -> None:
         """Load a lane's state the first time it is seen in an epoch: its changelog
@@ -571,19 +588,9 @@ class PipelineWorker:
         if partition in self._loaded:
             return
         kafka_partition = source_of(self.topics, partition)[1]
-        state = self._read_state.get(kafka_partition)
-        if state is None:
-            state = await self.state_reader.read(kafka_partition)
-            self._read_state[kafka_partition] = state
-            _, records, seconds = self.state_reader.last_read
-            self.stats["state_restores"] += 1
-            self.telemetry.counts["state_restore_ms_max"] = max(
-                self.telemetry.counts["state_restore_ms_max"], int(seconds * 1000)
-            )
-            log.info(
-                "%s[%d]: read %d state record(s) in %.2fs",
-                self._changelog, kafka_partition, records, seconds,
-            )  # fmt: skip
+        if kafka_partition not in self._read_state:
+            await self._read_states({kafka_partition})
+        state = self._read_state[kafka_partition]
         lane = str(partition).encode()
         self.intake.load(
             partition,

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Collection
 from typing import Any
 
 from ..retry import retry_transient
@@ -35,22 +36,32 @@ class StateReader:
         self.kwargs = consumer_kwargs
         self.timeout_s = timeout_s
         self._consumer: Any = None
-        self.last_read: tuple[int, int, float] = (0, 0, 0.0)  # (partition, records, seconds)
+        self.last_read: tuple[int, int, float] = (0, 0, 0.0)  # (partitions, records, seconds)
 
     async def read(self, partition: int) -> dict[bytes, bytes]:
         """Every live key of ``partition`` and its last value, as of the end offset now."""
+        return (await self.read_many([partition]))[partition]
+
+    async def read_many(self, partitions: Collection[int]) -> dict[int, dict[bytes, bytes]]:
+        """``read`` of several partitions in one assignment (a rebalance hands a worker
+        several at once: one re-assignment of the reader, not one per partition)."""
+        wanted = sorted(set(partitions))
+        if not wanted:
+            return {}
         return await retry_transient(
-            lambda: self._read(partition),
-            what=f"reading the state of {self.topic}[{partition}]",
+            lambda: self._read(wanted),
+            what=f"reading the state of {self.topic}{wanted}",
             bootstrap=str(self.kwargs.get("bootstrap_servers", "")),
             deadline=self.timeout_s,
         )
 
-    async def _read(self, partition: int) -> dict[bytes, bytes]:
+    async def _read(self, partitions: list[int]) -> dict[int, dict[bytes, bytes]]:
         from aiokafka import AIOKafkaConsumer, TopicPartition
 
         started = time.monotonic()
-        tp = TopicPartition(self.topic, partition)
+        tps = {TopicPartition(self.topic, p): p for p in partitions}
+        states: dict[int, dict[bytes, bytes]] = {p: {} for p in partitions}
+        count = 0
         try:
             if self._consumer is None:
                 self._consumer = AIOKafkaConsumer(
@@ -58,32 +69,34 @@ class StateReader:
                 )
                 await self._consumer.start()
             consumer = self._consumer
-            consumer.assign([tp])
-            start = (await consumer.beginning_offsets([tp]))[tp]
-            end = (await consumer.end_offsets([tp]))[tp]
-            state: dict[bytes, bytes] = {}
-            count = 0
-            if end > start:
-                consumer.seek(tp, start)
-                position = start
-                while position < end:
-                    batch = await consumer.getmany(tp, timeout_ms=_POLL_MS)
-                    for rec in batch.get(tp, []):
-                        if rec.offset >= end:
+            consumer.assign(list(tps))
+            starts = await consumer.beginning_offsets(list(tps))
+            ends = await consumer.end_offsets(list(tps))
+            left = {tp for tp in tps if ends[tp] > starts[tp]}
+            for tp in left:
+                consumer.seek(tp, starts[tp])
+            while left:
+                batch = await consumer.getmany(*left, timeout_ms=_POLL_MS)
+                for tp, records in batch.items():
+                    state = states[tps[tp]]
+                    for rec in records:
+                        if rec.offset >= ends[tp]:
                             break
                         count += 1
                         if rec.value is None:  # a tombstone: the key was deleted
                             state.pop(rec.key, None)
                         else:
                             state[rec.key] = rec.value
-                    position = await consumer.position(tp)
+                for tp in list(left):
+                    if await consumer.position(tp) >= ends[tp]:
+                        left.discard(tp)
         except asyncio.CancelledError:
             raise
         except Exception:  # a broken connection: a new consumer on the next try
             await self.close()
             raise
-        self.last_read = (partition, count, time.monotonic() - started)
-        return state
+        self.last_read = (len(partitions), count, time.monotonic() - started)
+        return states
 
     async def close(self) -> None:
         consumer, self._consumer = self._consumer, None

@@ -86,14 +86,17 @@ def worker(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> tuple[PipelineWork
         return last - first + 1
 
     def reader(topic: str) -> Any:
-        async def read(partition: int) -> dict[bytes, bytes]:  # what the next owner reads
-            return {k: v for k, v in changelogs.get((topic, partition), {}).items() if v}
+        async def read_many(partitions: Any) -> dict[int, dict[bytes, bytes]]:
+            return {  # what the next owner reads
+                p: {k: v for k, v in changelogs.get((topic, p), {}).items() if v}
+                for p in partitions
+            }
 
-        return read
+        return read_many
 
     monkeypatch.setattr(w.producer, "send_all", send_all)
-    monkeypatch.setattr(w.state_reader, "read", reader(w._changelog))
-    monkeypatch.setattr(w.alerts.reader, "read", reader(w.alerts.changelog))
+    monkeypatch.setattr(w.state_reader, "read_many", reader(w._changelog))
+    monkeypatch.setattr(w.alerts.reader, "read_many", reader(w.alerts.changelog))
     monkeypatch.setattr(w.read_back, "log_start", log_start)
     monkeypatch.setattr(_app, "acknowledge", acknowledge)
     return w, timeline
