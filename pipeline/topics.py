@@ -105,10 +105,11 @@ async def check_partitions(settings: Settings, *, deadline: float = DEFAULT_DEAD
     found = {n: c for n, c in counts.items() if n != state}
     if kept is None or set(found.values()) | {settings.partitions} == {kept}:
         return
-    listed = ", ".join(f"{n} has {c}" for n, c in sorted(found.items()))
+    listed = [f"{n} has {c}" for n, c in sorted(found.items())]
+    listed.append(f"PRISM_PARTITIONS is {settings.partitions}")
     raise PartitionsChanged(
-        f"the pipeline's state was kept for {kept} partitions ({state}) but {listed} and "
-        f"PRISM_PARTITIONS is {settings.partitions}: a run's home partition is its runId's "
+        f"the pipeline's state was kept for {kept} partitions ({state}) but "
+        f"{', '.join(listed)}: a run's home partition is its runId's "
         "hash modulo the count, so a changed count moves most open runs away from their "
         "state. To migrate: stop the producers (or wait until the open runs closed), let "
         f"every worker of group {settings.consumer_group} drain, then start the workers "

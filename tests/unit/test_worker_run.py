@@ -58,6 +58,11 @@ def test_run_worker_runs_faust_under_the_configured_interval(
 
     monkeypatch.setattr(faust, "Worker", FakeWorker)
     monkeypatch.setattr(topics, "ensure_topics", no_topics)
+
+    async def counts_agree(settings: Settings) -> None:
+        return None  # no broker in a unit test
+
+    monkeypatch.setattr(topics, "check_partitions", counts_agree)
     monkeypatch.setattr(_run, "build_worker", lambda settings, hooks=None: FakePipelineWorker())
     before = sys.getswitchinterval()
     settings = Settings(metrics_port=0, gil_switch_interval_seconds=0.08)
