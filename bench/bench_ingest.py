@@ -22,22 +22,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bench.bench_pipeline import Log, _row, _stderr  # the pipeline part's rows and log
+
 __all__ = ["ingest_rows", "measure_ingest", "run"]
-
-BENCH = "pipeline"
-Log = Callable[[str], None]
-
-
-def _stderr(msg: str) -> None:
-    print(f"[bench] {msg}", file=sys.stderr, flush=True)
-
-
-def _row(metric: str, value: float, unit: str) -> dict[str, Any]:
-    return {"bench": BENCH, "metric": metric, "value": round(float(value), 3), "unit": unit}
 
 
 def ingest_rows(
