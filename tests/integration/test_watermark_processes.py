@@ -100,7 +100,10 @@ def test_a_worker_whose_partitions_went_quiet_marks_stale_runs_on_the_others_pro
     time.sleep(10)
     for n, w in workers.items():
         assert w.running, f"{n} died:\n{w.tail_log()}"
-        assert w.stop() == 0
+    # both end at once: a worker stopped first would hand its lanes to the other, whose
+    # own clock has the late mark, and the test would pass without the shared watermark
+    for w in workers.values():
+        w.kill()
     rows: dict[str, dict[str, Any]] = {}
     alerts: dict[str, str] = {}
     wrote = {}
