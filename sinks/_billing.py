@@ -23,7 +23,7 @@ from clickhouse_connect.driver.client import Client
 
 from prism.sinks._client import validate_identifier
 from prism.sinks._errors import LedgerConfigError, LedgerQueryError
-from prism.sinks._rollup import EXACT, ROLLUP_DIMENSIONS, groupable, rollup_report
+from prism.sinks._rollup import EXACT, ROLLUP_DIMENSIONS, TOKENS, groupable, rollup_report
 from prism.sinks._rollup import refresh_billing_rollup as _refresh_rollup
 
 __all__ = [
@@ -52,13 +52,6 @@ DIMENSIONS: dict[str, tuple[str, str]] = {
     "month": ("month", "formatDateTime(u.recorded_at, '%Y-%m')"),
 }
 DEFAULT_GROUP_BY = ("tenant", "provider", "model")
-_TOKENS = (
-    "input_tokens",
-    "output_tokens",
-    "total_tokens",
-    "cache_read_tokens",
-    "cache_write_tokens",
-)
 
 # {dims} are the grouped columns ("d1, d2, "), {dim_exprs} the same as "expr AS d1, ...",
 # {runs_join} the join to the run records (user, agent) or nothing, {tenant_filter} empty
@@ -396,11 +389,11 @@ def billing_totals(lines: Iterable[BillingLine]) -> list[BillingTotal]:
         t = acc.setdefault(
             (line.kind, line.currency),
             {"rows": 0, "runtime_rows": 0, "price_book_rows": 0, "unpriced_rows": 0,
-             "cost": None, **dict.fromkeys(_TOKENS)},
+             "cost": None, **dict.fromkeys(TOKENS)},
         )  # fmt: skip
         t["rows"] += line.rows
         t[f"{line.priced_by}_rows"] += line.rows
-        for name in _TOKENS:
+        for name in TOKENS:
             value = getattr(line, name)
             if value is not None:
                 t[name] = (t[name] or 0) + value

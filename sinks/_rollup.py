@@ -41,6 +41,7 @@ from prism.sinks._client import validate_identifier
 __all__ = [
     "EXACT",
     "ROLLUP_DIMENSIONS",
+    "TOKENS",
     "RollupPlan",
     "groupable",
     "merge_lines",
@@ -70,7 +71,7 @@ EXACT = Context(prec=80)
 # on), in the report's "day" and in usage_store's sorting key alike. The rollup covers
 # whole months before it; a period that reaches past it reads rows, as the report did.
 _DATE_END = datetime(2149, 6, 1, tzinfo=UTC)
-_TOKENS = (
+TOKENS = (  # a billing line's token columns (sinks._billing sums the same)
     "input_tokens",
     "output_tokens",
     "total_tokens",
@@ -87,7 +88,7 @@ _ROLLUP_COLUMNS = [
     "model",
     *_LINE_KEY,
     "rows",
-    *_TOKENS,
+    *TOKENS,
     "cost",
 ]
 _MANIFEST_COLUMNS = [
@@ -355,7 +356,7 @@ def merge_lines(
                 merged[key] = dict(line)
                 continue
             acc["rows"] += line["rows"]
-            for name in (*_TOKENS, "cost"):
+            for name in (*TOKENS, "cost"):
                 acc[name] = _add(acc[name], line[name])
     # ClickHouse orders NULL last and strings by their bytes (code points for UTF-8)
     return [
