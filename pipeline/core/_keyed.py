@@ -40,6 +40,7 @@ class _Tx(Generic[S]):
     watermark_us: int = 0  # this partition's mark on the shared clock
     next_offset: int | None = None
     last_scan_us: int = 0
+    scan_due: list[str] = field(default_factory=list)
 
 
 class KeyedProcessor(Generic[S]):
@@ -57,6 +58,7 @@ class KeyedProcessor(Generic[S]):
         self.items: dict[str, S] = {}
         self.next_offset: int | None = None  # next source offset to process (set by the shell)
         self._last_scan_us = 0
+        self._scan_due: list[str] = []  # keys to judge at the next scan, though time stood
         self._dirty: set[str] = set()
         self._dropped: set[str] = set()
         self._tx: list[_Tx[S]] = []
@@ -130,6 +132,7 @@ class KeyedProcessor(Generic[S]):
                 watermark_us=self.clock.mark(self.partition),
                 next_offset=self.next_offset,
                 last_scan_us=self._last_scan_us,
+                scan_due=list(self._scan_due),
             )
         )
 
@@ -155,6 +158,7 @@ class KeyedProcessor(Generic[S]):
         self.clock.set_mark(self.partition, tx.watermark_us)
         self.next_offset = tx.next_offset
         self._last_scan_us = tx.last_scan_us
+        self._scan_due = tx.scan_due
 
     def _save(self, key: str) -> None:
         """Called before a key changes: inside a transaction, keep a copy of it as it was."""

@@ -61,8 +61,6 @@ class Processor(KeyedProcessor[RunState]):
         self.runs: dict[str, RunState] = self.items
         self._pending_close: set[str] = set()  # terminal known, closed record not yet emitted
         self._open: set[str] = set()  # no terminal, not incomplete
-        self._opened: list[str] = []  # runs created since the last stale scan
-        self._opened_tx: list[list[str]] = []  # ``_opened`` at each open ``begin``
         self._retire: deque[tuple[int, str]] = deque()  # (watermark when closed/incomplete, id)
         self._shrink: deque[tuple[int, str]] = deque()  # (watermark to shrink at, run id)
         self._received: tuple[datetime | None, int] = (None, 0)  # (arrival time, its us)
@@ -74,19 +72,6 @@ class Processor(KeyedProcessor[RunState]):
     def run_key(self, run_id: str) -> str:
         """State key of a run; it names the partition so a shared table can be split again."""
         return self.item_key(run_id)
-
-    # -- transactions: the runs opened since the last scan are undone with the rest ------
-    def begin(self) -> None:
-        super().begin()
-        self._opened_tx.append(list(self._opened))
-
-    def commit(self) -> None:
-        super().commit()
-        self._opened_tx.pop()
-
-    def rollback(self) -> None:
-        super().rollback()
-        self._opened = self._opened_tx.pop()
 
     # -- KeyedProcessor hooks -------------------------------------------------------------
     def _copy(self, item: RunState) -> RunState:
@@ -152,7 +137,7 @@ class Processor(KeyedProcessor[RunState]):
             run = RunState(ev.run_id)
             self.runs[ev.run_id] = run
             self._open.add(ev.run_id)
-            self._opened.append(ev.run_id)
+            self._scan_due.append(ev.run_id)
         if run.knows(ev.event_id):
             out.stats["duplicate"] += 1
             return
@@ -284,7 +269,7 @@ class Processor(KeyedProcessor[RunState]):
             self._pending_close.discard(run.run_id)
             if run.incomplete and fresh:  # new events: no longer silent
                 run.incomplete = False
-                self._opened.append(run.run_id)  # judged again at this watermark
+                self._scan_due.append(run.run_id)  # judged again at this watermark
             if not run.incomplete:
                 self._open.add(run.run_id)
             return
@@ -376,7 +361,7 @@ class Processor(KeyedProcessor[RunState]):
         cutoff = wm - int(cfg.stale_after_s * _US)
         if final or wm - self._last_scan_us >= _US:
             self._last_scan_us = wm
-            self._opened.clear()
+            self._scan_due.clear()
             for run_id in sorted(r for r in self._open if (self.runs[r].last_us or 0) < cutoff):
                 self._mark_incomplete(self.runs[run_id], out)
             expire = wm - int(cfg.tombstone_retention_s * _US)
@@ -385,11 +370,11 @@ class Processor(KeyedProcessor[RunState]):
                 gone = self.runs.get(run_id)
                 if gone is not None and self._retired(gone, expire):
                     self._drop(run_id)
-        elif self._opened:
+        elif self._scan_due:
             # runs that arrived since the last scan are judged at this watermark too,
             # though it has not moved: staleness must not depend on when a run arrived
-            opened, self._opened = sorted(set(self._opened)), []
-            for run_id in opened:
+            due, self._scan_due = sorted(set(self._scan_due)), []
+            for run_id in due:
                 fresh = self.runs.get(run_id)
                 if run_id in self._open and fresh is not None and (fresh.last_us or 0) < cutoff:
                     self._mark_incomplete(fresh, out)
