@@ -434,6 +434,7 @@ def store_isolating(
     batches: Mapping[int, Sequence[InRecord]],
     now: float,
     store: Callable[[Output], None],
+    parts: dict[int, Output] | None = None,
 ) -> Output:
     """Step every partition's records and store them in one go; isolate poison on refusal.
 
@@ -441,23 +442,33 @@ def store_isolating(
     never be stored (transient errors are the store's to retry). On refusal every step is
     undone and each partition's records are split in halves until the refused ones stand
     alone; those are dead-lettered ``unstorable`` and stored as such, the rest as usual.
-    Returns the combined output of everything stored (its state writes included).
+    Returns the combined output of everything stored (its state writes included);
+    ``parts``, when given, receives each partition's own share of it.
     """
-    out = Output()
+    own: dict[int, Output] = {}
     for partition, records in batches.items():
-        out.extend(intake.step(partition, records, now))
+        own[partition] = intake.step(partition, records, now)
+    out = _combined(own.values())
     try:
         store(out)
     except PermanentStoreError as exc:
         for partition in reversed(list(batches)):
             intake.rollback(partition)
         log.warning("the ledger refused a batch (%s); isolating the records it refuses", exc)
-        out = Output()
-        for partition, records in batches.items():
-            out.extend(_bisect(intake, partition, records, now, store))
-        return out
-    for partition in batches:
-        intake.commit(partition)
+        own = {p: _bisect(intake, p, records, now, store) for p, records in batches.items()}
+        out = _combined(own.values())
+    else:
+        for partition in batches:
+            intake.commit(partition)
+    if parts is not None:
+        parts.update(own)
+    return out
+
+
+def _combined(outs: Iterable[Output]) -> Output:
+    out = Output()
+    for part in outs:
+        out.extend(part)
     return out
 
 
