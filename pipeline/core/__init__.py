@@ -11,6 +11,7 @@ Example::
     out.ledger.runs        # RunRow updates for touched runs
     out.closed             # prism.runs.closed records
     out.dlq                # dead-letter records of what did not parse
+    out.forwards           # records off their run's home partition (Intake(route_partitions=n))
     intake.commit(0)       # once the rows are stored (or intake.rollback(0))
     intake.finalize(now)   # at the end of a file replay
 """
@@ -38,14 +39,25 @@ from ._intake import (
     store_isolating,
 )
 from ._processor import Processor
+from ._route import PRODUCER_PATTERNS, home_partition, murmur2, producer_pattern
 from ._run import RunState
-from ._types import CoreConfig, Delivery, EventClock, LaneReport, LimitDeath, Output, OutRecord
+from ._types import (
+    CoreConfig,
+    Delivery,
+    EventClock,
+    Forward,
+    LaneReport,
+    LimitDeath,
+    Output,
+    OutRecord,
+)
 
 CHANNEL_QUARANTINE_REASONS = (_ILLEGAL_TRANSITION, _DUPLICATE_SEQ)
 """Why a valid channel-operation record is quarantined (schemas/CONTRACT.md)."""
 
 __all__ = [
     "CHANNEL_QUARANTINE_REASONS",
+    "PRODUCER_PATTERNS",
     "QUARANTINE_REASONS",
     "RULE_EXHAUSTION",
     "RULE_STALE",
@@ -56,6 +68,7 @@ __all__ = [
     "Delivery",
     "EventClock",
     "ExhaustionAlerter",
+    "Forward",
     "InRecord",
     "Intake",
     "LaneReport",
@@ -72,8 +85,11 @@ __all__ = [
     "death_record",
     "decode_alerter_input",
     "dlq_record",
+    "home_partition",
     "judge",
     "lane_record",
+    "murmur2",
+    "producer_pattern",
     "seq_gaps",
     "store_isolating",
 ]

@@ -14,6 +14,13 @@ The worker, ``ingest-file``, ``rebuild`` and the tests all go through ``Intake.s
 ``store_isolating`` adds rule 15's answer to a store that refuses rows for good: undo the
 step, find the poison records by bisection, dead-letter them as ``unstorable``, store the
 rest. Every input record thus ends in exactly one of the ledger, quarantine or the DLQ.
+
+An intake that routes (``route_partitions``, the worker's) applies a parsed record only
+on its home partition (``_route.home_partition`` of its routing key): one found on another
+partition becomes a ``Forward`` for the repartition topic instead, and its copy, stepped
+on the home lane with ``forwarded=True``, ends in one of the three there. So every run
+(and channel operation) is judged by one lane, whatever its producer's key
+(schemas/CONTRACT.md, "Transport" and rule 15).
 """
 
 from __future__ import annotations
@@ -39,7 +46,8 @@ from prism.schemas import (
 from ._alerts import ExhaustionAlerter, alert_record
 from ._channels import ChannelProcessor
 from ._processor import Processor
-from ._types import CoreConfig, Delivery, EventClock, LaneReport, Output, OutRecord
+from ._route import home_partition, producer_pattern
+from ._types import CoreConfig, Delivery, EventClock, Forward, LaneReport, Output, OutRecord
 
 __all__ = [
     "InRecord",
@@ -58,7 +66,10 @@ _CHANNEL_MARK = CHANNEL_SCHEMA_ID.encode()
 
 @dataclass(slots=True)
 class InRecord:
-    """One input record: a Kafka record (topic, partition, offset) or a file line (-1, line)."""
+    """One input record: a Kafka record (topic, partition, offset) or a file line (-1, line).
+
+    ``source`` names the topic (or file); ``key`` is the Kafka record key as produced.
+    """
 
     value: bytes | None
     source: str
@@ -110,6 +121,10 @@ class Intake:
     One ``EventClock`` is shared by every partition's processor: the pipeline-wide
     watermark of rule 10. ``alerter``: the intake raises exhaustion alerts itself (a file
     or a rebuild); the worker leaves it None and routes limit deaths to its one alerter.
+    ``route_partitions``: the input topic's partition count, to bring each record to its
+    run's home partition (``Output.forwards``); None (files, rebuilds) applies every record
+    where it arrives. ``channel_partitions``: the same for channel operations (default
+    ``route_partitions``).
 
     Example::
 
@@ -124,7 +139,17 @@ class Intake:
         *,
         max_event_bytes: int = MAX_EVENT_BYTES,
         alerter: ExhaustionAlerter | None = None,
+        route_partitions: int | None = None,
+        channel_partitions: int | None = None,
     ) -> None:
+        for name, count in (("route_partitions", route_partitions),
+                            ("channel_partitions", channel_partitions)):  # fmt: skip
+            if count is not None and count < 1:
+                raise ValueError(f"Intake {name} must be a partition count >= 1, got {count}")
+        self.route_partitions = route_partitions
+        self.channel_partitions = (
+            route_partitions if channel_partitions is None else channel_partitions
+        )
         self.config = config or CoreConfig()
         self.max_event_bytes = max_event_bytes
         self.clock = EventClock(self.config.max_clock_skew_s)
@@ -161,19 +186,27 @@ class Intake:
             procs.append(self.channels[partition])
         return procs
 
-    def next_offset(self, partition: int) -> int | None:
-        """The next source offset the partition expects (None: nothing seen yet)."""
-        offsets = [p.next_offset for p in self.lane(partition) if p.next_offset is not None]
+    def next_offset(self, partition: int, source: str | None = None) -> int | None:
+        """The next offset the partition expects from ``source`` (a topic name; None: the
+        highest over its sources, the answer for a lane with one); None: nothing seen yet."""
+        procs = self.lane(partition)
+        if source is None:
+            offsets = [p.next_offset for p in procs if p.next_offset is not None]
+        else:
+            offsets = [p.offsets[source] for p in procs if source in p.offsets]
         return max(offsets) if offsets else None
 
-    def load(self, partition: int, items: Iterable[tuple[str, bytes]]) -> None:
+    def load(
+        self, partition: int, items: Iterable[tuple[str, bytes]], source: str | None = None
+    ) -> None:
         """Restore a partition's state (``Output.state_writes``) into the processors it has
-        keys for; the run-semantics processor always exists afterwards."""
+        keys for; the run-semantics processor always exists afterwards. ``source``: the input
+        topic that a state stored before offsets were kept per source was read from."""
         items = list(items)
-        self.processor(partition).load(items)
+        self.processor(partition).load(items, source)
         probe = ChannelProcessor(self.config, partition, EventClock())
         if any(probe.owns_key(k) for k, _ in items):
-            self.channel_processor(partition).load(items)
+            self.channel_processor(partition).load(items, source)
 
     def drop(self, partition: int) -> None:
         """Forget a partition (revoked from this worker)."""
@@ -182,19 +215,26 @@ class Intake:
         self.ticked_at.pop(partition, None)
         self.clock.forget(partition)
 
-    def step(self, partition: int, records: Sequence[InRecord], now: float) -> Output:
-        """Run ``records`` (one partition, in offset order) through the core.
+    def step(
+        self, partition: int, records: Sequence[InRecord], now: float, *, forwarded: bool = False
+    ) -> Output:
+        """Run ``records`` (one source partition's, in offset order) through the core.
 
-        The step stays open until ``commit(partition)`` (its output was stored) or
-        ``rollback(partition)`` (it was not, and is undone).
+        ``forwarded``: the records come from the repartition topic, already on their home
+        lane: they are applied, never forwarded again. The step stays open until
+        ``commit(partition)`` (its output was stored) or ``rollback(partition)`` (it was
+        not, and is undone).
         """
         received = datetime.fromtimestamp(now, tz=UTC)
         out = Output()
         pairs: list[tuple[InRecord, Delivery[Any]]] = []
         channel: list[tuple[InRecord, Delivery[Any]]] = []
+        route = self.route_partitions is not None and not forwarded
         for rec, item in zip(records, self._parse(records), strict=True):
             if isinstance(item, ContractViolation):
                 self._dead_letter(out, rec, item.code, item.reason, received)
+                continue
+            if route and self._forward(out, rec, item):
                 continue
             delivery = Delivery(item, rec.source, rec.partition, rec.offset, received)
             delivery.traceparent = rec.traceparent
@@ -209,7 +249,7 @@ class Intake:
         if records:
             first, last = min(r.offset for r in records), max(r.offset for r in records)
             for proc in procs:
-                proc.next_offset = max(proc.next_offset or 0, last + 1)
+                proc.advance(records[0].source, last + 1)
             out.ranges.append((records[0].source, partition, first, last))
         if partition in self.processors:
             out.extend(self._apply(self.processors[partition], pairs, now, received))
@@ -246,7 +286,7 @@ class Intake:
         lane = rec.partition if partition is None else partition
         out = Output()
         for proc in self.lane(lane) or [self.processor(lane)]:
-            proc.next_offset = max(proc.next_offset or 0, rec.offset + 1)
+            proc.advance(rec.source, rec.offset + 1)
         self._dead_letter(out, rec, "unstorable", reason, datetime.fromtimestamp(now, tz=UTC))
         out.ranges.append((rec.source, lane, rec.offset, rec.offset))
         return out
@@ -406,6 +446,39 @@ class Intake:
             return out
         proc.commit()
         return out
+
+    def _forward(self, out: Output, rec: InRecord, item: Any) -> bool:
+        """Forward a parsed record found off its home partition; whether it was."""
+        if isinstance(item, ChannelOperation):
+            partitions, channel = self.channel_partitions, True
+            if item.operation_id is not None:
+                key, field = item.operation_id, "operationId"
+            else:  # a denial has no operation: its producer keys it by connection
+                key, field = item.connection_id, "connectionId"
+        else:
+            partitions, channel, key, field = self.route_partitions, False, item.run_id, "runId"
+        if partitions is None or rec.partition < 0:
+            return False
+        routing_key = key.encode()
+        home = home_partition(routing_key, partitions)
+        if home == rec.partition:
+            return False
+        pattern = producer_pattern(rec.key, routing_key, rec.partition, partitions, field=field)
+        headers = [
+            ("source-topic", rec.source.encode()),
+            ("source-partition", str(rec.partition).encode()),
+            ("source-offset", str(rec.offset).encode()),
+        ]
+        if rec.traceparent is not None:
+            headers.append(("traceparent", rec.traceparent.encode()))
+        source = (rec.source, rec.partition, rec.offset)
+        out.forwards.append(
+            Forward(home, channel, routing_key, rec.value or b"", tuple(headers), source, pattern)
+        )
+        out.forwarded[rec.partition] += 1
+        out.patterns[pattern] += 1
+        out.stats["forwarded"] += 1
+        return True
 
     def _dead_letter(
         self, out: Output, rec: InRecord, code: str, reason: str, received: datetime

@@ -6,7 +6,14 @@ key changed since its ``begin`` (copy-on-write: ``_save`` copies a key's state b
 first change), the partition's mark on the shared ``EventClock``, the next source offset and
 the time of the last scan. ``_finish`` turns what changed into ``Output.state_writes``
 (keys naming the partition, so a shared changelogged table can be split again) plus the
-partition's meta record (its watermark mark and next offset).
+partition's meta record (its watermark mark and next offset per source).
+
+A lane reads from up to two sources: its input topic partition and, when the pipeline
+routes records to their run's home, the same partition of the repartition topic. Their
+offsets are unrelated, so the next offset is kept per source name (meta ``so``); ``no``
+stays beside it, the highest of them: the one offset of the format before, which is what
+it was for a lane with one source. A meta record of that format is read as the offset of
+the source ``load`` names (``""`` when it names none).
 
 Subclasses say how a state is copied, decoded and indexed (``_copy``, ``_decode``,
 ``_index``, ``_unindex``) and which key prefixes they own (``ITEM_PREFIX``, ``META_PREFIX``).
@@ -38,7 +45,7 @@ class _Tx(Generic[S]):
 
     items: dict[str, S | None] = field(default_factory=dict)
     watermark_us: int = 0  # this partition's mark on the shared clock
-    next_offset: int | None = None
+    offsets: dict[str, int] = field(default_factory=dict)
     last_scan_us: int = 0
     scan_due: list[str] = field(default_factory=list)
 
@@ -56,7 +63,7 @@ class KeyedProcessor(Generic[S]):
         self.partition = partition
         self.clock = clock or EventClock(self.config.max_clock_skew_s)
         self.items: dict[str, S] = {}
-        self.next_offset: int | None = None  # next source offset to process (set by the shell)
+        self.offsets: dict[str, int] = {}  # source -> next offset to process (set by the shell)
         self._last_scan_us = 0
         self._scan_due: list[str] = []  # keys to judge at the next scan, though time stood
         self._dirty: set[str] = set()
@@ -66,6 +73,16 @@ class KeyedProcessor(Generic[S]):
     @property
     def watermark_us(self) -> int:
         return self.clock.watermark_us
+
+    @property
+    def next_offset(self) -> int | None:
+        """The highest next offset over the sources (a lane with one source: its offset)."""
+        return max(self.offsets.values(), default=None)
+
+    def advance(self, source: str, next_offset: int) -> None:
+        """The records of ``source`` before ``next_offset`` were processed."""
+        if next_offset > self.offsets.get(source, 0):
+            self.offsets[source] = next_offset
 
     # -- subclass hooks -----------------------------------------------------------------
     def _copy(self, item: S) -> S:
@@ -98,10 +115,11 @@ class KeyedProcessor(Generic[S]):
             self.META_PREFIX,
         )
 
-    def load(self, items: Iterable[tuple[str, bytes]]) -> None:
+    def load(self, items: Iterable[tuple[str, bytes]], source: str | None = None) -> None:
         """Restore state written earlier by ``Output.state_writes`` (e.g. from a changelog).
 
-        Keys of other kinds (another processor's) are ignored.
+        Keys of other kinds (another processor's) are ignored. ``source``: the input topic
+        a meta record of the format before per-source offsets counts its one offset for.
         """
         prefix = f"{self.ITEM_PREFIX}\x1f"
         for key, value in items:
@@ -111,7 +129,7 @@ class KeyedProcessor(Generic[S]):
                 meta = orjson.loads(value)
                 mark = max(self.clock.mark(self.partition), meta["wm"])
                 self.clock.set_mark(self.partition, mark)
-                self.next_offset = meta.get("no")
+                self.offsets = _offsets(meta, source)
                 self._load_meta(meta)
         self._loaded()
 
@@ -130,7 +148,7 @@ class KeyedProcessor(Generic[S]):
         self._tx.append(
             _Tx(
                 watermark_us=self.clock.mark(self.partition),
-                next_offset=self.next_offset,
+                offsets=dict(self.offsets),
                 last_scan_us=self._last_scan_us,
                 scan_due=list(self._scan_due),
             )
@@ -156,7 +174,7 @@ class KeyedProcessor(Generic[S]):
             else:
                 self._index(before)
         self.clock.set_mark(self.partition, tx.watermark_us)
-        self.next_offset = tx.next_offset
+        self.offsets = tx.offsets
         self._last_scan_us = tx.last_scan_us
         self._scan_due = tx.scan_due
 
@@ -183,8 +201,22 @@ class KeyedProcessor(Generic[S]):
             writes[self.item_key(key)] = self.items[key].to_bytes()
         for key in self._dropped:
             writes[self.item_key(key)] = None
-        meta = {"wm": self.clock.mark(self.partition), "no": self.next_offset, **self._meta()}
+        meta = {
+            "wm": self.clock.mark(self.partition),
+            "no": self.next_offset,
+            "so": self.offsets,
+            **self._meta(),
+        }
         writes[self.meta_key] = orjson.dumps(meta)
         self._dirty.clear()
         self._dropped.clear()
         return out
+
+
+def _offsets(meta: dict[str, object], source: str | None) -> dict[str, int]:
+    """The next offset per source of a meta record, of either format."""
+    per_source = meta.get("so")
+    if isinstance(per_source, dict):
+        return {str(k): int(v) for k, v in per_source.items()}
+    single = meta.get("no")
+    return {} if not isinstance(single, int) else {source or "": single}

@@ -14,6 +14,7 @@ __all__ = [
     "CoreConfig",
     "Delivery",
     "EventClock",
+    "Forward",
     "LaneReport",
     "LimitDeath",
     "OutRecord",
@@ -184,6 +185,30 @@ class OutRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class Forward:
+    """A record that arrived off its home partition, to be produced to the repartition
+    topic (schemas/CONTRACT.md, "Transport"): ``partition`` is the home (the partition the
+    Java client's default partitioner gives ``key``), ``channel`` says which repartition
+    topic (the channel operations' or the agent events'), ``key`` the routing key (runId;
+    operationId, or connectionId for a denial), ``value`` the original bytes. ``headers``:
+    ``source-topic``, ``source-partition``, ``source-offset`` and ``traceparent`` when the
+    record had one. ``pattern`` names why it was off home (``producer_pattern``).
+
+    Its source offset counts as handled (forwarded) once the copy is acknowledged; the copy
+    is stepped on its home lane with ``forwarded=True`` and ends in the ledger, quarantine
+    or the DLQ there (rule 15).
+    """
+
+    partition: int
+    channel: bool
+    key: bytes
+    value: bytes
+    headers: tuple[tuple[str, bytes], ...]
+    source: tuple[str, int, int]
+    pattern: str
+
+
+@dataclass(frozen=True, slots=True)
 class LimitDeath:
     """A run that closed after a run-limit breach: the input of the exhaustion alert.
 
@@ -222,7 +247,9 @@ class Output:
 
     ``dlq`` holds records for the dead-letter topic; ``event_ts`` the event times (seconds)
     of the events applied, for freshness; ``ranges`` the source positions the rows came
-    from (the writer's deduplication tokens name them).
+    from (the writer's deduplication tokens name them; forwarded records' offsets included).
+    ``forwards``: records for the repartition topics (an ``Intake`` that routes);
+    ``forwarded`` counts them by source partition, ``patterns`` by producer pattern.
     """
 
     ledger: LedgerBatch = field(default_factory=LedgerBatch)
@@ -236,6 +263,9 @@ class Output:
     event_ts: list[float] = field(default_factory=list)
     # (source, partition, first offset, last offset) the rows were derived from
     ranges: list[tuple[str, int, int, int]] = field(default_factory=list)
+    forwards: list[Forward] = field(default_factory=list)
+    forwarded: Counter[int] = field(default_factory=Counter)
+    patterns: Counter[str] = field(default_factory=Counter)
 
     def extend(self, other: Output) -> None:
         self.ledger.extend(other.ledger)
@@ -248,8 +278,17 @@ class Output:
         self.stats.update(other.stats)
         self.event_ts.extend(other.event_ts)
         self.ranges.extend(other.ranges)
+        self.forwards.extend(other.forwards)
+        self.forwarded.update(other.forwarded)
+        self.patterns.update(other.patterns)
 
     @property
     def records(self) -> int:
-        """Topic records to produce."""
-        return len(self.quarantined) + len(self.closed) + len(self.alerts) + len(self.dlq)
+        """Topic records to produce (forwarded copies included)."""
+        return (
+            len(self.quarantined)
+            + len(self.closed)
+            + len(self.alerts)
+            + len(self.dlq)
+            + len(self.forwards)
+        )
