@@ -64,6 +64,7 @@ COMMAND_MODULES = [
     "prism.pipeline.commands.billing",
     "prism.pipeline.commands.prices",
     "prism.pipeline.commands.report",
+    "prism.pipeline.commands.traces",
     "prism.pipeline.commands.dashboards",
     "prism.pipeline.commands.simulate",
     "prism.pipeline.commands.tail",

@@ -1,0 +1,152 @@
+"""``prism-pipeline traces``: replay the ledger's runs as OpenTelemetry GenAI traces over OTLP."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from datetime import datetime
+
+from prism.pipeline.commands._args import whole
+from prism.pipeline.commands.billing import accept_spans_back
+from prism.pipeline.commands.query import ExamplesFormatter, add_connection_args, connection
+
+__all__ = ["DEFAULT_ENDPOINT", "register"]
+
+DEFAULT_ENDPOINT = "http://127.0.0.1:4318"
+_HEADER_RE = re.compile(r"^([A-Za-z0-9-]+)=(.*)$")
+_EXAMPLES = """examples:
+  prism-pipeline traces                                     # every closed run, to 127.0.0.1:4318
+  prism-pipeline traces --endpoint http://127.0.0.1:6006    # a local Phoenix (make trace-backends)
+  prism-pipeline traces --run run-42 --run run-43 --include-open
+  prism-pipeline traces --from -24h --tenant acme-corp --header authorization='Bearer ...'
+  prism-pipeline traces --dry-run                           # build the spans, send nothing"""
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "traces",
+        help="export the ledger's runs as OpenTelemetry GenAI traces over OTLP (Phoenix, Jaeger)",
+        epilog=_EXAMPLES,
+        formatter_class=ExamplesFormatter,
+        description=(
+            "Reads runs from the ledger and sends each as one trace (OTLP/HTTP, protobuf) "
+            "following the OpenTelemetry GenAI semantic conventions v1.44.0: the run an "
+            "invoke_agent span, each provider turn a chat span with gen_ai.usage.* tokens, "
+            "finish reasons and the billed cost, each tool call an execute_tool span, a child "
+            "run an invoke_agent span under its parent's in the parent's trace. Span and "
+            "trace ids derive from run and event ids and times are event time, so exporting "
+            "again sends the same trace, not a copy. Open runs are left out unless "
+            "--include-open. See docs/TRACES.md."
+        ),
+    )
+    p.add_argument(
+        "--endpoint",
+        help="OTLP/HTTP base URL or its /v1/traces (default OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, "
+        f"else OTEL_EXPORTER_OTLP_ENDPOINT, else {DEFAULT_ENDPOINT})",
+    )
+    p.add_argument(
+        "--header",
+        dest="headers",
+        action="append",
+        default=[],
+        type=_header,
+        metavar="NAME=VALUE",
+        help="an HTTP header for the endpoint, repeatable (e.g. authorization=...)",
+    )
+    p.add_argument("--run", dest="runs", action="append", default=[], metavar="RUN_ID",
+                   help="only this run (repeatable)")  # fmt: skip
+    p.add_argument("--from", dest="start", type=_when, help="runs started from: as billing --from")
+    p.add_argument("--to", dest="end", type=_when, help="runs started before: as billing --to")
+    accept_spans_back(p)
+    p.add_argument("--tenant", help="only this tenant's runs")
+    p.add_argument("--limit", type=whole(1), help="at most this many runs (earliest first)")
+    p.add_argument(
+        "--include-open", action="store_true", help="also runs still running or suspended"
+    )
+    p.add_argument(
+        "--service-name",
+        default=None,
+        help="service.name and Phoenix project of the spans (default prism-agent-runs)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=whole(1, 600),
+        default=10,
+        metavar="SECONDS",
+        help="how long one batch may take, retries of a busy or absent endpoint included "
+        "(default 10)",
+    )
+    p.add_argument("--dry-run", action="store_true", help="build the spans, send nothing")
+    add_connection_args(p)
+    p.set_defaults(func=_run)
+
+
+def _header(text: str) -> tuple[str, str]:
+    match = _HEADER_RE.match(text)
+    if not match:
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=VALUE (e.g. authorization=...)")
+    return match[1], match[2]
+
+
+def _when(text: str) -> datetime:
+    from prism.pipeline.commands.billing import when
+    from prism.sinks._billing import to_utc
+
+    return to_utc(when(text))
+
+
+def endpoint_of(given: str | None) -> str:
+    """``--endpoint``, else the OpenTelemetry variables, else the local default."""
+    return (
+        given
+        or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+        or DEFAULT_ENDPOINT
+    )
+
+
+def _run(args: argparse.Namespace) -> int:
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from prism.pipeline.traces import (
+        DEFAULT_SERVICE,
+        RunSelection,
+        export_runs,
+        otlp_exporter,
+        resource_for,
+    )
+
+    endpoint = endpoint_of(args.endpoint)
+    if not re.match(r"^https?://", endpoint):
+        raise ValueError(f"--endpoint {endpoint!r} is not an http(s) URL (e.g. {DEFAULT_ENDPOINT})")
+    selection = RunSelection(
+        run_ids=tuple(args.runs),
+        start=args.start,
+        end=args.end,
+        tenant=args.tenant,
+        include_open=args.include_open,
+        limit=args.limit,
+    )
+    client, database = connection(args, read_only=True)
+    exporter = (
+        InMemorySpanExporter()
+        if args.dry_run
+        else otlp_exporter(endpoint, dict(args.headers), timeout=args.timeout)
+    )
+    summary = export_runs(
+        client,
+        database,
+        exporter,
+        selection,
+        resource=resource_for(args.service_name or DEFAULT_SERVICE),
+        endpoint_name=endpoint,
+    )
+    if summary.runs == 0:
+        print("prism-pipeline traces: no run matched (closed runs only without --include-open)",
+              file=sys.stderr)  # fmt: skip
+        return 0
+    where = "built (dry run, nothing sent)" if args.dry_run else f"sent to {endpoint}"
+    print(f"{summary.render()} {where}")
+    return 0
