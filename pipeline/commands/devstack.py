@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import time
 from pathlib import Path
 
 from prism.devstack import LocalKafka, LocalKafkaCluster
@@ -30,8 +31,17 @@ def register(sub: argparse._SubParsersAction) -> None:
             "prism-pipeline devstack kafka down --brokers 3"
         ),
     )
-    p.add_argument("service", choices=["kafka"], help="the service to control")
-    p.add_argument("action", choices=["up", "down", "status"])
+    p.add_argument(
+        "service",
+        choices=["kafka", "jaeger", "phoenix"],
+        help="the service to control: the Kafka broker, or a trace backend for "
+        "`prism-pipeline traces` (Jaeger v2, Arize Phoenix)",
+    )
+    p.add_argument(
+        "action",
+        choices=["up", "down", "status", "install"],
+        help="install (jaeger, phoenix): build or install it once into .cache, nothing more",
+    )
     p.add_argument(
         "--port",
         type=PORT,
@@ -69,6 +79,10 @@ def _env_port() -> int | None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.service != "kafka":
+        return _run_trace_backend(args.service, args.action, args.state_dir)
+    if args.action == "install":
+        raise ValueError("install is for jaeger and phoenix; `kafka up` fetches the Kafka jars")
     default = _CLUSTER_DIR if args.brokers > 1 else _SINGLE_DIR
     state_dir = args.state_dir or Path(os.environ.get("PRISM_KAFKA_STATE_DIR", default))
     port = args.port if args.port is not None else _env_port()
@@ -103,4 +117,28 @@ def _run_cluster(args: argparse.Namespace, cluster: LocalKafkaCluster) -> int:
     else:
         for line in cluster.status():
             print(line)
+    return 0
+
+
+def _run_trace_backend(service: str, action: str, state_dir: Path | None) -> int:
+    """Jaeger or Phoenix for ``prism-pipeline traces``: install, up, down, status."""
+    from prism.devstack._jaeger import LocalJaeger, build_jaeger
+    from prism.devstack._phoenix import LocalPhoenix, install_phoenix
+
+    folder = state_dir or Path(f".data/{service}")
+    backend = LocalJaeger(folder) if service == "jaeger" else LocalPhoenix(folder)
+    if action == "install":
+        started = time.monotonic()
+        path = build_jaeger() if service == "jaeger" else install_phoenix()
+        print(f"{service} ready: {path} ({time.monotonic() - started:.1f}s)")
+    elif action == "up":
+        backend.up()
+        where = backend.query_url if isinstance(backend, LocalJaeger) else backend.url
+        print(f"{service} up: UI and query API {where}; OTLP/HTTP {backend.otlp_endpoint}")
+        print(f"  send the ledger's runs: prism-pipeline traces --endpoint {backend.otlp_endpoint}")
+    elif action == "down":
+        backend.down()
+        print(f"{service} stopped")
+    else:
+        print(backend.status())
     return 0
