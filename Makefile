@@ -23,7 +23,7 @@ PYTEST_ARGS ?=
 # The broker port is passed on only when set, so the tools' own default (9092 or a free port) applies.
 KAFKA_PORT_ARG = $(if $(PRISM_KAFKA_PORT),--port $(PRISM_KAFKA_PORT))
 
-.PHONY: help venv jars browser python demo test test-unit test-integration lint fmt bench clean kafka-up kafka-down
+.PHONY: help venv jars browser python demo test test-unit test-integration lint fmt bench clean kafka-up kafka-down trace-backends
 
 help:  ## list targets (variables: PYTHON=..., PRISM_KAFKA_PORT=..., PYTEST_ARGS=...)
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
@@ -74,8 +74,17 @@ kafka-down: venv  ## stop the demo broker
 demo: venv jars  ## run the whole job into the default ledger, check it, write the HTML report (broker port: PRISM_KAFKA_PORT, default 9092 or a free one)
 	@$(BIN)/python -m prism.devstack.demo $(if $(PRISM_KAFKA_PORT),--kafka-port $(PRISM_KAFKA_PORT)) --kafka-state-dir $(DEMO_KAFKA_DIR)
 
+# The trace export test's backends: Jaeger built with Go (about 5 min, 2 GB of memory, once)
+# and Arize Phoenix in a venv of its own (about 2 min, once), both cached under .cache.
+# A backend that cannot be installed here is reported and its test skips with the reason.
+trace-backends: venv  ## build Jaeger v1.75.0 and install Arize Phoenix for the trace export test (once, cached in .cache)
+	@$(BIN)/prism-pipeline devstack jaeger install \
+	|| echo "warning: Jaeger could not be built (above); the trace export test will skip it" >&2
+	@$(BIN)/prism-pipeline devstack phoenix install \
+	|| echo "warning: Phoenix could not be installed (above); the trace export test will skip it" >&2
+
 # Lint first: a lint failure costs seconds, not a broker start and the whole suite.
-test: venv lint jars browser  ## set up, lint, start a test broker on a free port, run unit + integration tests
+test: venv lint jars browser trace-backends  ## set up, lint, start a test broker on a free port, run unit + integration tests
 	@rm -rf $(TEST_KAFKA_DIR); \
 	port=$$($(BIN)/python -c 'from prism.devstack import free_port; print(free_port())'); \
 	$(BIN)/prism-pipeline devstack kafka up --port $$port --state-dir $(TEST_KAFKA_DIR) || exit 1; \
