@@ -29,17 +29,22 @@ from pathlib import Path
 from ._kafka import DevstackError, free_port
 from ._service import LocalService, http_ok, repo_cache
 
-__all__ = ["JAEGER_MODULE", "JAEGER_VERSION", "LocalJaeger", "build_jaeger"]
+__all__ = ["JAEGER_MODULE", "JAEGER_VERSION", "LocalJaeger", "build_jaeger", "jaeger_binary"]
 
 JAEGER_VERSION = "1.75.0"  # the package lists' approved release; newer ones are not
 JAEGER_MODULE = "github.com/jaegertracing/jaeger"
 BUILD_TIMEOUT = 1500.0  # seconds for a cold `go get` + `go build`
 
 
+def jaeger_binary(home: Path | None = None) -> Path:
+    """Where the built binary of ``JAEGER_VERSION`` is kept (it may not be built yet)."""
+    return (home or repo_cache() / "jaeger") / f"v{JAEGER_VERSION}" / "jaeger"
+
+
 def build_jaeger(home: Path | None = None, timeout: float = BUILD_TIMEOUT) -> Path:
     """The Jaeger binary of ``JAEGER_VERSION``, built with Go into ``home`` unless it is there."""
-    folder = (home or repo_cache() / "jaeger") / f"v{JAEGER_VERSION}"
-    binary = folder / "jaeger"
+    binary = jaeger_binary(home)
+    folder = binary.parent
     if binary.is_file():
         return binary
     go = shutil.which("go")
@@ -104,7 +109,7 @@ class LocalJaeger(LocalService):
         self.ports = {k: free_port() for k in ("otlp_http", "query_http", "query_grpc", "health")}
         config = self.state_dir / "config.yaml"
         config.write_text(_CONFIG.format(max_traces=self.max_traces, **self.ports))
-        return [str(binary), "--config", f"file:{config}"], {}
+        return [str(binary), "--config", f"file:{config.resolve()}"], {}
 
 
 # OTLP/HTTP in, memory storage, the query API (HTTP and gRPC), a health check; no

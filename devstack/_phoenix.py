@@ -27,10 +27,16 @@ from pathlib import Path
 from ._kafka import DevstackError, free_port
 from ._service import LocalService, http_ok, repo_cache
 
-__all__ = ["PHOENIX_VERSION", "LocalPhoenix", "install_phoenix"]
+__all__ = ["PHOENIX_VERSION", "LocalPhoenix", "install_phoenix", "phoenix_installed"]
 
 PHOENIX_VERSION = "20.26.1"
 INSTALL_TIMEOUT = 900.0
+
+
+def phoenix_installed(home: Path | None = None) -> bool:
+    """Whether ``PHOENIX_VERSION`` is installed in its venv under ``home``."""
+    venv = (home or repo_cache() / "phoenix") / "venv"
+    return (venv / f".installed-{PHOENIX_VERSION}").exists() and (venv / "bin/phoenix").exists()
 
 
 def install_phoenix(home: Path | None = None, timeout: float = INSTALL_TIMEOUT) -> Path:
@@ -38,7 +44,7 @@ def install_phoenix(home: Path | None = None, timeout: float = INSTALL_TIMEOUT) 
     venv = (home or repo_cache() / "phoenix") / "venv"
     command = venv / "bin" / "phoenix"
     stamp = venv / f".installed-{PHOENIX_VERSION}"
-    if stamp.exists() and command.exists():
+    if phoenix_installed(home):
         return command
     python = shutil.which("python3.11") or sys.executable  # Phoenix supports 3.10-3.13
     log = venv.parent / "install.log"

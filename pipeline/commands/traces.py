@@ -18,7 +18,8 @@ DEFAULT_ENDPOINT = "http://127.0.0.1:4318"
 _HEADER_RE = re.compile(r"^([A-Za-z0-9-]+)=(.*)$")
 _EXAMPLES = """examples:
   prism-pipeline traces                                     # every closed run, to 127.0.0.1:4318
-  prism-pipeline traces --endpoint http://127.0.0.1:6006    # a local Phoenix (make trace-backends)
+  prism-pipeline traces --local phoenix         # start a local Phoenix, send, print its URL
+  prism-pipeline traces --endpoint http://127.0.0.1:6006    # a Phoenix or collector of your own
   prism-pipeline traces --run run-42 --run run-43 --include-open
   prism-pipeline traces --from -24h --tenant acme-corp --header authorization='Bearer ...'
   prism-pipeline traces --dry-run                           # build the spans, send nothing"""
@@ -45,6 +46,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--endpoint",
         help="OTLP/HTTP base URL or its /v1/traces (default OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, "
         f"else OTEL_EXPORTER_OTLP_ENDPOINT, else {DEFAULT_ENDPOINT})",
+    )
+    p.add_argument(
+        "--local",
+        choices=("phoenix", "jaeger"),
+        help="start (or reuse) the project's local Phoenix or Jaeger (prism-pipeline devstack "
+        "phoenix|jaeger up; installed or built once) and send the traces there",
     )
     p.add_argument(
         "--header",
@@ -118,6 +125,12 @@ def _run(args: argparse.Namespace) -> int:
         resource_for,
     )
 
+    if args.local and args.endpoint:
+        raise ValueError("give --local or --endpoint, not both")
+    service = args.service_name or DEFAULT_SERVICE
+    view = None
+    if args.local and not args.dry_run:
+        args.endpoint, view = _local_backend(args.local, service)
     endpoint = endpoint_of(args.endpoint)
     if not re.match(r"^https?://", endpoint):
         raise ValueError(f"--endpoint {endpoint!r} is not an http(s) URL (e.g. {DEFAULT_ENDPOINT})")
@@ -140,7 +153,7 @@ def _run(args: argparse.Namespace) -> int:
         database,
         exporter,
         selection,
-        resource=resource_for(args.service_name or DEFAULT_SERVICE),
+        resource=resource_for(service),
         endpoint_name=endpoint,
     )
     if summary.runs == 0:
@@ -149,4 +162,29 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     where = "built (dry run, nothing sent)" if args.dry_run else f"sent to {endpoint}"
     print(f"{summary.render()} {where}")
+    if view:
+        print(f"open {view}")
     return 0
+
+
+def _local_backend(name: str, service: str) -> tuple[str, str]:
+    """Start (or reuse) the local backend; its OTLP endpoint and the page that shows the runs."""
+    from pathlib import Path
+
+    from prism.devstack._jaeger import LocalJaeger, build_jaeger, jaeger_binary
+    from prism.devstack._phoenix import LocalPhoenix, install_phoenix, phoenix_installed
+
+    folder = Path(".data") / name
+    if name == "jaeger":
+        if not jaeger_binary().is_file():
+            print("building Jaeger with Go, once (about 5 min)", file=sys.stderr)
+        build_jaeger()
+        jaeger = LocalJaeger(folder)
+        jaeger.up()
+        return jaeger.otlp_endpoint, f"{jaeger.query_url}/search?service={service}"
+    if not phoenix_installed():
+        print("installing Arize Phoenix in .cache/phoenix, once (about 2 min)", file=sys.stderr)
+    install_phoenix()
+    phoenix = LocalPhoenix(folder)
+    phoenix.up()
+    return phoenix.otlp_endpoint, f"{phoenix.url}/projects (project {service})"
