@@ -176,7 +176,7 @@ def next_steps(
         f"  {EXE} query {shlex.quote(sql)}",
         f"  {EXE} report          # rewrites {page}",
         f"  open file://{page} in a browser (no network needed)",
-        f"  {EXE} traces --local phoenix   # every run as an LLM trace in a local Phoenix",
+        f"  {EXE} traces --local phoenix --limit 500   # runs as LLM traces in a local Phoenix",
         "Reading Kafka needs this demo's broker and topics:",
         f"  {kafka_env} {EXE} tail --run {_sample_run(manifest)}",
         *_channel_steps(manifest, kafka_env),

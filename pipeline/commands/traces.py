@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import re
 import sys
@@ -80,10 +81,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--timeout",
         type=whole(1, 600),
-        default=10,
+        default=60,
         metavar="SECONDS",
         help="how long one batch may take, retries of a busy or absent endpoint included "
-        "(default 10)",
+        "(default 60: a busy Phoenix answers 503 until it has caught up)",
     )
     p.add_argument("--dry-run", action="store_true", help="build the spans, send nothing")
     add_connection_args(p)
@@ -143,6 +144,12 @@ def _run(args: argparse.Namespace) -> int:
         limit=args.limit,
     )
     client, database = connection(args, read_only=True)
+    if not args.verbose:  # its retries and failure end in our one line; -v shows each one
+        logging.getLogger("opentelemetry.exporter.otlp.proto.http.trace_exporter").setLevel(
+            logging.CRITICAL
+        )
+    if not args.dry_run:
+        print(f"sending the runs to {endpoint} ...", file=sys.stderr)
     exporter = (
         InMemorySpanExporter()
         if args.dry_run

@@ -109,6 +109,7 @@ def _count(summary: TraceSummary, spans: Sequence[ReadableSpan]) -> None:
 def _send(exporter: SpanExporter, spans: list[ReadableSpan], endpoint_name: str) -> None:
     if exporter.export(spans) is not SpanExportResult.SUCCESS:
         raise TraceExportError(
-            f"{endpoint_name} did not accept a batch of {len(spans)} span(s) (see the "
-            "exporter's log line above); check that an OTLP/HTTP receiver listens there"
+            f"{endpoint_name} did not accept a batch of {len(spans)} span(s) within the "
+            "timeout, retries included; check that an OTLP/HTTP receiver listens there (-v "
+            "shows each attempt), or give a busy one more --timeout"
         )
