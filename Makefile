@@ -23,7 +23,7 @@ PYTEST_ARGS ?=
 # The broker port is passed on only when set, so the tools' own default (9092 or a free port) applies.
 KAFKA_PORT_ARG = $(if $(PRISM_KAFKA_PORT),--port $(PRISM_KAFKA_PORT))
 
-.PHONY: help venv jars browser python demo test test-unit test-integration lint fmt bench clean kafka-up kafka-down trace-backends
+.PHONY: help venv jars browser python demo test test-unit test-integration lint fmt bench clean kafka-up kafka-down trace-backends soak
 
 help:  ## list targets (variables: PYTHON=..., PRISM_KAFKA_PORT=..., PYTEST_ARGS=...)
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
@@ -108,6 +108,10 @@ lint: venv  ## ruff (lint + format check) and mypy
 fmt: venv  ## apply ruff fixes and formatting
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
+
+# SOAK_MINUTES (default 10) and SOAK_SEED (default 1) pass through; the verdict says what failed.
+soak: venv jars  ## chaos soak: 3 brokers, 3 workers, 5,000 events/s and seeded faults (SOAK_MINUTES=10, SOAK_SEED=1)
+	@$(BIN)/python -m prism.devstack.soak $(if $(SOAK_MINUTES),--minutes $(SOAK_MINUTES)) $(if $(SOAK_SEED),--seed $(SOAK_SEED))
 
 bench: venv jars  ## run the benchmarks (bench/) and print figures and ratios
 	$(BIN)/python -m bench

@@ -1,0 +1,599 @@
+"""``make soak``: a chaos soak of the whole pipeline against the simulator's ground truth.
+
+A 3-broker KRaft cluster, 3 worker processes in one consumer group over 12 partitions
+(each with its own state dir and embedded chDB ledger), the simulator offering ``--rate``
+events/s for ``--minutes``, while a seeded driver (``_chaos.py``) kills and restarts
+workers, adds and removes a fourth, pauses one past the session timeout (a zombie),
+kills and restarts a broker and kills whichever worker holds the limit-deaths partition;
+a share of the fleet is published with other keys (event-id keys, null keys, partitions
+other than the run's home). When the load ends and the group drained, the workers stop
+and the verdict compares the workers' ledgers, folded into one as one server would hold
+them, with the manifest (``_truth.compare``), and checks the bounds. Exit 0 only if all
+of it holds.
+
+Example::
+
+    python -m prism.devstack.soak --minutes 10 --seed 7     # make soak
+    python -m prism.devstack.soak --minutes 0.5 --json verdict.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import multiprocessing
+import os
+import pickle
+import random
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from prism.pipeline.settings import Settings, load_settings
+from prism.pipeline.topics import ensure_topics, worker_env
+
+from ._chaos import Chaos, GroupWatch, Slot, WorkerPool
+from ._cluster import LocalKafkaCluster
+from ._truth import compare, render
+
+__all__ = ["main"]
+
+SESSION_TIMEOUT_S = 10.0
+STALL_BOUND_S = 45.0
+EVENTS_PER_RUN = 15.3  # what the demo's fleet averages, to size a fleet for a rate
+_CHUNK = 20_000
+_EVENT_ID = re.compile(rb'"eventId":"([^"]+)"')
+_NOT_REPORTED = "not reported by the worker"
+
+
+def _log(line: str) -> None:
+    print(f"[soak {time.strftime('%H:%M:%S')}] {line}", flush=True)
+
+
+# -- the fleet: simulated in a child process, so its memory is freed before the load --------
+def _simulate(runs: int, seed: int, out: Path) -> None:
+    from prism.runtime.simulator import simulate, write_manifest
+
+    from .demo import fleet_config
+
+    fleet = simulate(fleet_config(runs, seed, 12))
+    write_manifest(fleet, out / "manifest.json")
+    quarantined = fleet.manifest.get("quarantined_events", {})
+    with open(out / "records.pickle", "wb") as f:
+        for i in range(0, len(fleet.records), _CHUNK):
+            chunk = [(r.family, r.key, r.value, r.headers) for r in fleet.records[i : i + _CHUNK]]
+            pickle.dump(chunk, f, protocol=pickle.HIGHEST_PROTOCOL)
+    with open(out / "applied.tsv", "w") as f:
+        seen: set[str] = set()
+        for ev in fleet.events:
+            if ev["eventId"] not in seen and ev["eventId"] not in quarantined:
+                f.write(f"{ev['eventId']}\t{ev['runId']}\n")
+            seen.add(ev["eventId"])
+    q = [{k: ev[k] for k in ("eventId", "runId", "seq")} for ev in fleet.events
+         if ev["eventId"] in quarantined]  # fmt: skip
+    (out / "quarantined.json").write_text(json.dumps(q))
+
+
+def simulate_fleet(runs: int, seed: int, out: Path) -> None:
+    child = multiprocessing.get_context("fork").Process(target=_simulate, args=(runs, seed, out))
+    child.start()
+    child.join(1800)
+    if child.exitcode != 0:
+        child.kill()
+        raise RuntimeError(f"simulating {runs:,} runs failed (exit {child.exitcode})")
+
+
+# -- the load -----------------------------------------------------------------------------
+class Publisher:
+    """Sends the records file at ``rate``/s from a thread; ``share`` of them with other keys."""
+
+    def __init__(self, path: Path, settings: Settings, rate: float, share: float, seed: int):
+        self.path, self.settings, self.rate, self.share = path, settings, rate, share
+        self.rng = random.Random(f"{seed}:keys")
+        self.sent = 0
+        self.foreign: dict[str, int] = {"event_id_key": 0, "null_key": 0, "other_partition": 0}
+        self.per_topic: dict[str, int] = {}
+        self.started = self.ended = 0.0
+        self.error: BaseException | None = None
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="publisher", daemon=True)
+
+    def _run(self) -> None:
+        try:
+            asyncio.run(self._send())
+        except BaseException as exc:
+            self.error = exc
+
+    async def _send(self) -> None:
+        from aiokafka import AIOKafkaProducer
+        from aiokafka.partitioner import DefaultPartitioner
+
+        t = self.settings.topics
+        topics = {"agent": t.input, "channel": t.channel_operations}
+        producer = AIOKafkaProducer(
+            bootstrap_servers=self.settings.kafka_bootstrap_servers, enable_idempotence=True,
+            acks="all", linger_ms=20, request_timeout_ms=60_000, max_request_size=4 << 20,
+        )  # fmt: skip
+        await producer.start()
+        partitioner = DefaultPartitioner()
+        homes: dict[tuple[str, bytes], int] = {}
+
+        def home(family: str, key: bytes, ps: list[int]) -> int:
+            if (family, key) not in homes:
+                homes[(family, key)] = partitioner(key, ps, ps)
+            return homes[(family, key)]
+
+        parts = {f: sorted(await producer.partitions_for(to)) for f, to in topics.items()}
+        batches: dict[tuple[str, int], list[Any]] = {}
+        futures: list[asyncio.Future[Any]] = []
+
+        async def ship(where: tuple[str, int]) -> None:
+            builder, _, _ = batches.pop(where)
+            futures.append(await producer.send_batch(builder, where[0], partition=where[1]))
+
+        self.started = time.monotonic()
+        try:
+            with open(self.path, "rb") as f:
+                while not self._stop.is_set():
+                    try:
+                        chunk = pickle.load(f)
+                    except EOFError:
+                        break
+                    for family, key, value, headers in chunk:
+                        while self.sent >= (time.monotonic() - self.started) * self.rate:
+                            now = time.monotonic()
+                            for w in [w for w, b in batches.items() if now - b[2] >= 0.02]:
+                                await ship(w)
+                            await asyncio.sleep(0.005)
+                        ps = parts[family]
+                        key, p = self._keyed(key, value, ps, home(family, key, ps))
+                        where = (topics[family], p)
+                        for _ in range(2):
+                            b = batches.get(where)
+                            if b is None:
+                                b = batches[where] = [producer.create_batch(), 0, time.monotonic()]
+                            if b[0].append(key=key, value=value, timestamp=None,
+                                           headers=list(headers)) is not None:  # fmt: skip
+                                b[1] += 1
+                                break
+                            await ship(where)
+                        self.per_topic[where[0]] = self.per_topic.get(where[0], 0) + 1
+                        self.sent += 1
+            for w in list(batches):
+                await ship(w)
+            await asyncio.gather(*futures)
+        finally:
+            self.ended = time.monotonic()
+            await producer.stop()
+
+    def _keyed(self, key: bytes, value: bytes, parts: list[int], at: int) -> tuple[Any, int]:
+        """The key and partition a record goes out with: its own, or another producer's."""
+        if self.share <= 0 or self.rng.random() >= self.share:
+            return key, at
+        how = self.rng.choice(sorted(self.foreign))
+        self.foreign[how] += 1
+        found = _EVENT_ID.search(value)
+        if how == "event_id_key" and found:
+            k = found.group(1)
+            from aiokafka.partitioner import murmur2
+
+            return k, parts[(murmur2(k) & 0x7FFFFFFF) % len(parts)]
+        if how == "other_partition" and len(parts) > 1:
+            return key, self.rng.choice([p for p in parts if p != at])
+        return None, self.rng.choice(parts)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    @property
+    def rate_achieved(self) -> float:
+        end = self.ended or time.monotonic()
+        return self.sent / max(1e-6, end - self.started) if self.started else 0.0
+
+
+# -- the verdict --------------------------------------------------------------------------
+_EXPORT = """
+import sys
+from prism import sinks
+dsn, out = sys.argv[1:3]
+c = sinks.connect(dsn, "prism", create=False)
+for t, _ in sinks.STORAGE_TABLES.values():
+    c.command(f"INSERT INTO FUNCTION file('{out}/{t}.native', 'Native') SELECT * FROM prism.{t} "
+              "SETTINGS engine_file_truncate_on_insert=1")
+"""
+
+
+def fold_ledgers(ledgers: list[Path], into: Path) -> Any:
+    """One ledger holding every worker's storage rows, as one server would; its client.
+
+    Each ledger's storage tables are exported by a process of its own (one chDB engine
+    path per process) and inserted into a new ledger, whose views then fold the rows
+    (ReplacingMergeTree: the highest version per key) for ``_truth.compare`` to read.
+    """
+    from prism import sinks
+
+    exports = []
+    for i, path in enumerate(ledgers):
+        out = into.parent / f"export-{i}"
+        out.mkdir(parents=True)
+        done = subprocess.run([sys.executable, "-c", _EXPORT, f"chdb://{path}", str(out)],
+                              capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
+        if done.returncode != 0:
+            raise RuntimeError(f"exporting the ledger {path} failed: {done.stderr[-2000:]}")
+        exports.append(out)
+    client = sinks.connect(f"chdb://{into}", "prism")
+    sinks.migrate(client, "prism")
+    for out in exports:
+        for f in sorted(out.glob("*.native")):
+            client.command(f"INSERT INTO prism.{f.stem} SELECT * FROM file('{f}', 'Native')")
+    return client
+
+
+_MISSING = "event_id NOT IN (SELECT event_id FROM prism.run_events)"
+_DOUBLED = (
+    "SELECT event_id, groupArray(run_id), groupArray(seq) FROM prism.run_events "
+    "GROUP BY event_id HAVING count() > 1 LIMIT 10"
+)
+
+
+def event_accounting(client: Any, applied: Path) -> dict[str, Any]:
+    """Events the fleet must have applied that the ledger lacks, holds twice or never had."""
+    src = f"file('{applied}', 'TSV', 'event_id String, run_id String')"
+
+    def rows(sql: str) -> list[Any]:
+        return [list(r) for r in client.query(sql).result_rows]
+
+    return {
+        "lost": rows(f"SELECT count() FROM {src} WHERE {_MISSING}")[0][0],
+        "doubled": rows("SELECT count() - uniqExact(event_id) FROM prism.run_events")[0][0],
+        "unexpected": rows(
+            "SELECT uniqExact(event_id) FROM prism.run_events "
+            f"WHERE event_id NOT IN (SELECT event_id FROM {src})"
+        )[0][0],
+        "lost_runs": [
+            r[0] for r in rows(f"SELECT DISTINCT run_id FROM {src} WHERE {_MISSING} LIMIT 10")
+        ],
+        "doubled_events": rows(_DOUBLED),
+    }
+
+
+def worker_reports(pool: WorkerPool) -> dict[str, dict[str, Any]]:
+    """Each worker's ``state_restore_s`` and ``fenced_writes``, or that it reports none."""
+    out: dict[str, dict[str, Any]] = {}
+    for s in pool.slots:
+        try:
+            stats = json.loads((s.root / "state" / "worker-stats.json").read_text())
+        except (OSError, ValueError):
+            stats = {}
+        out[s.name] = {
+            "state_restore_s": stats.get("state_restore_s", _NOT_REPORTED),
+            "fenced_writes": stats.get("fenced_writes", _NOT_REPORTED),
+            "peak_rss_mb": round(s.peak_rss_kb / 1024, 1),
+            "incarnations": s.incarnation,
+        }
+    return out
+
+
+def _consecutive_free_ports(n: int) -> int:
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            base = int(s.getsockname()[1])
+        try:
+            for p in range(base, base + n):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", p))
+            return base
+        except OSError:
+            continue
+    raise RuntimeError(f"found no {n} consecutive free ports")
+
+
+# -- the soak -----------------------------------------------------------------------------
+class _Interrupted(Exception):
+    """SIGTERM or SIGINT: stop everything and exit."""
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise _Interrupted(signal.Signals(signum).name)
+
+
+def _positions(watch: GroupWatch, topic: str) -> tuple[int, int]:
+    """(lag, end offsets total) of ``topic`` as the watch saw it last."""
+    got = [v for tp, v in watch.positions.items() if tp[0] == topic]
+    return sum(max(0, e - c) for c, e in got), sum(e for _, e in got)
+
+
+def _progress(t0: float, pub: Publisher, watch: GroupWatch, chaos: Chaos | None, topic: str) -> str:
+    lag, _ = _positions(watch, topic)
+    actions = len(chaos.done) if chaos else 0
+    return (
+        f"{time.monotonic() - t0:5.0f}s: offered {pub.sent:,} ({pub.rate_achieved:,.0f}/s), "
+        f"lag {lag:,}, members {watch.stable() or watch.state or '-'}, rebalances "
+        f"{watch.rebalances} (kept {watch.kept}), chaos actions {actions}"
+    )
+
+
+def _drain(watch: GroupWatch, pool: WorkerPool, timeout: float, settle: float = 5.0) -> float:
+    """Wait until every committed offset reached its end offset (and stays); seconds taken."""
+    started = time.monotonic()
+    since: float | None = None
+    last = 0.0
+    while time.monotonic() - started < timeout:
+        pool.revive()
+        pos = dict(watch.positions)
+        if pos and all(c >= e for c, e in pos.values()):
+            since = since or time.monotonic()
+            if time.monotonic() - since >= settle:
+                return time.monotonic() - started
+        else:
+            since = None
+        if time.monotonic() - last >= 10:
+            last = time.monotonic()
+            lag = sum(max(0, e - c) for c, e in pos.values())
+            _log(f"draining: lag {lag:,} after {time.monotonic() - started:.0f}s")
+        time.sleep(0.5)
+    raise TimeoutError(f"the group did not drain within {timeout:.0f}s")
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """The soak; returns the verdict (``ok`` and every figure)."""
+    root = args.state_dir.resolve()
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    runs = max(200, int(args.rate * args.minutes * 60 / EVENTS_PER_RUN))
+    _log(f"simulating {runs:,} runs (seed {args.seed}) into {root}")
+    simulate_fleet(runs, args.seed, root)
+    manifest = json.loads((root / "manifest.json").read_text())
+    _log(f"{manifest['counts']['records']:,} records; starting a 3-broker cluster")
+    cluster = LocalKafkaCluster(root / "kafka", brokers=3, port=_consecutive_free_ports(3))
+    pool: WorkerPool | None = None
+    watch: GroupWatch | None = None
+    chaos: Chaos | None = None
+    pub: Publisher | None = None
+    try:
+        cluster.up()
+        base = load_settings(
+            kafka_bootstrap_servers=cluster.bootstrap, topic_prefix="soak",
+            consumer_group="soak-pipeline", partitions=12, replication_factor=3,
+            grace_period_seconds=2.0, state_dir=root / "w0" / "state",
+        )  # fmt: skip
+        asyncio.run(ensure_topics(base))
+        t = base.topics
+        limit_topic = f"{base.topic_prefix}.limit-deaths"
+        cluster.wait_in_sync(timeout=120)
+
+        def env_for(name: str, where: Path) -> dict[str, str]:
+            dsn = f"chdb://{where / 'ledger'}"
+            s = base.model_copy(update={"state_dir": where / "state", "clickhouse_dsn": dsn})
+            where.mkdir(parents=True, exist_ok=True)
+            return {
+                **worker_env(s),
+                "PRISM_CONSUMER_SESSION_TIMEOUT_SECONDS": str(int(SESSION_TIMEOUT_S)),
+                "BROKER_SESSION_TIMEOUT": str(int(SESSION_TIMEOUT_S)),  # faust's name for it
+                "BROKER_HEARTBEAT_INTERVAL": "1",
+            }
+
+        pool = WorkerPool(root, env_for)
+        plain = {t.input, t.channel_operations}  # the only topics written without transactions
+        topics = {**dict.fromkeys(plain, 12), limit_topic: 1}
+        watch = GroupWatch(cluster.bootstrap, base.consumer_group, topics, plain, pool)
+        watch.start()
+        started = time.monotonic()
+        for n in range(1, 4):  # one at a time, so each member is matched to its worker
+            _join(pool.add(), n, watch, pool)
+        _log(f"3 workers stable after {time.monotonic() - started:.0f}s; load and chaos begin")
+        pub = Publisher(root / "records.pickle", base, args.rate, args.foreign_key_share, args.seed)
+        chaos = Chaos(
+            args.seed, pool, watch, cluster, t.input, limit_topic, SESSION_TIMEOUT_S, _log
+        )
+        t0 = time.monotonic()
+        watch.arm()
+        pub.thread.start()
+        chaos.start()
+        last = t0
+        while pub.thread.is_alive() and time.monotonic() - t0 < args.minutes * 60 + 600:
+            pool.revive()
+            time.sleep(0.5)
+            if time.monotonic() - last >= 10:
+                last = time.monotonic()
+                _log(_progress(t0, pub, watch, chaos, t.input))
+        if pub.thread.is_alive() or pub.error is not None:
+            raise RuntimeError(f"the publisher did not finish: {pub.error!r}")
+        _log(f"load ended: {_progress(t0, pub, watch, chaos, t.input)}; undoing the last fault")
+        if not chaos.stop():
+            raise RuntimeError("the chaos driver did not undo its last fault within 240s")
+        drained = _drain(watch, pool, args.drain_timeout)
+        watch.arm(False)
+        stall = watch.longest_stall
+        codes = pool.stop_all()
+        watch.stop()
+        _log(f"drained {drained:.0f}s after the load; workers stopped: {codes}")
+        ledgers = [s.root / "ledger" for s in pool.slots]
+        client = fold_ledgers(ledgers, root / "folded" / "ledger")
+        qevents = json.loads((root / "quarantined.json").read_text())
+        checks = compare(client, "prism", manifest, qevents)
+        print(render(checks))
+        events = event_accounting(client, root / "applied.tsv")
+        recoveries = [f.recovered_s for f in watch.faults]
+        done = [r for r in recoveries if r is not None]
+        ends = {topic: _positions(watch, topic)[1] for topic in (t.input, t.channel_operations)}
+        verdict: dict[str, Any] = {
+            "seed": args.seed,
+            "minutes": args.minutes,
+            "target_rate": args.rate,
+            "offered_rate": round(pub.rate_achieved, 1),
+            "published": pub.sent,
+            "published_per_topic": pub.per_topic,
+            "end_offsets": ends,
+            "foreign_keys": pub.foreign,
+            "checks": [
+                {"name": c.name, "ok": c.ok, "compared": c.compared, "problems": c.problems[:20]}
+                for c in checks
+            ],
+            **events,
+            "offsets_accounted": ends == pub.per_topic
+            and all(c >= e for c, e in watch.positions.values()),
+            "rebalances": watch.rebalances,
+            "rebalances_kept": watch.kept,
+            "min_rebalances_kept": args.min_rebalances,
+            "longest_stall_s": round(stall[0], 1),
+            "longest_stall_partition": list(stall[1]) if stall[1] else None,
+            "stall_bound_s": STALL_BOUND_S,
+            "recoveries": [
+                {"fault": f.kind, "s": None if f.recovered_s is None else round(f.recovered_s, 1)}
+                for f in watch.faults
+            ],
+            "recovery_p50_s": round(statistics.median(done), 1) if done else None,
+            "recovery_max_s": round(max(done), 1) if done else None,
+            "actions": chaos.done,
+            "worker_exits": pool.exits,
+            "exit_codes": codes,
+            "drain_s": round(drained, 1),
+            "workers": worker_reports(pool),
+        }
+        failures = [c["name"] for c in verdict["checks"] if not c["ok"]]
+        failures += [k for k in ("lost", "doubled", "unexpected") if verdict[k]]
+        failures += ["offsets not accounted for"] * (not verdict["offsets_accounted"])
+        failures += [f"rebalances kept {watch.kept} < {args.min_rebalances}"] * (
+            watch.kept < args.min_rebalances
+        )
+        failures += [f"a partition stalled {stall[0]:.0f}s"] * (stall[0] >= STALL_BOUND_S)
+        failures += [f"{len(recoveries) - len(done)} fault(s) never recovered"] * (
+            len(done) < len(recoveries)
+        )
+        failures += [f"worker exits: {pool.exits}"] * bool(pool.exits)
+        failures += [f"a worker stopped with {codes}"] * any(codes.values())
+        verdict["failures"] = failures
+        verdict["ok"] = not failures
+        return verdict
+    finally:
+        if chaos is not None:
+            chaos.stop(60)
+        if pub is not None:
+            pub.stop()
+        if pool is not None:
+            for s in pool.slots:
+                if s.pid is not None:
+                    os.kill(s.pid, signal.SIGCONT)
+                    if s.proc is not None:
+                        s.proc.kill()
+        if watch is not None:
+            watch.stop()
+        cluster.down()
+
+
+def _join(slot: Slot, n: int, watch: GroupWatch, pool: WorkerPool, timeout: float = 180) -> None:
+    """Wait until ``slot``'s worker is the ``n``-th member of a stable group, matched to it."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if slot.pid is None:
+            raise RuntimeError(f"worker {slot.name} exited at start:\n{_tails(pool)}")
+        if watch.stable() == n and len(watch.owners) == n:
+            return
+        time.sleep(0.5)
+    raise RuntimeError(
+        f"{n} workers did not form a stable group in {timeout:.0f}s:\n{_tails(pool)}"
+    )
+
+
+def _tails(pool: WorkerPool) -> str:
+    return "\n".join(f"--- {s.name}:\n{s.proc.tail_log(15)}" for s in pool.slots if s.proc)
+
+
+def render_verdict(v: dict[str, Any]) -> str:
+    """The verdict as a reader checks it: every figure, then PASSED or what failed."""
+    w = v["workers"]
+    lines = [
+        f"offered {v['published']:,} records at {v['offered_rate']:,.0f}/s "
+        f"(target {v['target_rate']:,.0f}/s) for {v['minutes']} min, seed {v['seed']}; "
+        f"with other keys: {v['foreign_keys']}",
+        f"ledger vs manifest: {sum(c['ok'] for c in v['checks'])} of {len(v['checks'])} checks "
+        f"agree; events lost {v['lost']}, doubled {v['doubled']}, unexpected {v['unexpected']}",
+        f"every offset accounted for: {v['offsets_accounted']} (end offsets {v['end_offsets']}, "
+        f"published {v['published_per_topic']})",
+        f"rebalances {v['rebalances']}, in which a worker kept partitions "
+        f"{v['rebalances_kept']} (at least {v['min_rebalances_kept']})",
+        f"longest stall of a partition with lag {v['longest_stall_s']}s "
+        f"({v['longest_stall_partition']}; bound {v['stall_bound_s']:.0f}s)",
+        f"recovery after {len(v['recoveries'])} faults: p50 {v['recovery_p50_s']}s, "
+        f"max {v['recovery_max_s']}s",
+        "chaos: " + ("; ".join(v["actions"]) or "none"),
+    ]
+    for name, r in w.items():
+        lines.append(
+            f"{name}: peak RSS {r['peak_rss_mb']} MB, {r['incarnations']} start(s), state "
+            f"restore {r['state_restore_s']}, fenced zombie writes {r['fenced_writes']}"
+        )
+    lines.append("PASSED" if v["ok"] else "FAILED: " + "; ".join(v["failures"]))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m prism.devstack.soak", description=(__doc__ or "").splitlines()[0]
+    )
+    env_minutes = float(os.environ.get("SOAK_MINUTES") or 10)
+    p.add_argument(
+        "--minutes",
+        type=float,
+        default=env_minutes,
+        help="how long the load is offered (default SOAK_MINUTES, else 10)",
+    )
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=int(os.environ.get("SOAK_SEED") or 1),
+        help="seeds the fleet, the fault times and the keys (default SOAK_SEED, else 1)",
+    )
+    p.add_argument("--rate", type=float, default=5000.0, help="events offered per second")
+    p.add_argument(
+        "--foreign-key-share",
+        type=float,
+        default=0.05,
+        help="share of records published with another key or partition",
+    )
+    p.add_argument(
+        "--min-rebalances",
+        type=int,
+        default=None,
+        help="rebalances in which a worker kept partitions (default 2 a minute)",
+    )
+    p.add_argument("--drain-timeout", type=float, default=600.0, help="seconds to drain after")
+    p.add_argument("--state-dir", type=Path, default=Path(".data/soak"))
+    p.add_argument("--json", type=Path, default=None, help="also write the verdict here")
+    args = p.parse_args(argv)  # fmt: skip
+    # The watch and the publisher ride out a dead broker; aiokafka would log each attempt.
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
+    if args.min_rebalances is None:
+        args.min_rebalances = max(1, int(2 * args.minutes))
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _interrupt)
+    try:
+        verdict = run(args)
+    except (_Interrupted, KeyboardInterrupt) as exc:
+        print(f"soak: interrupted ({exc}); every broker and worker stopped", file=sys.stderr)
+        return 130
+    except (RuntimeError, TimeoutError, OSError, ValueError) as exc:
+        print(f"soak: FAILED: {exc}", file=sys.stderr)
+        if args.json:
+            args.json.write_text(json.dumps({"ok": False, "failures": [str(exc)]}))
+        return 1
+    print(render_verdict(verdict))
+    if args.json:
+        args.json.write_text(json.dumps(verdict, indent=1, default=str))
+    return 0 if verdict["ok"] else 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
