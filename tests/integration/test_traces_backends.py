@@ -102,7 +102,9 @@ def _sent(client: Any, database: str, service: str) -> Spans:
         assert s.context is not None
         out[s.context.span_id] = {"name": s.name, "attrs": dict(s.attributes or {}),
                                   "trace": s.context.trace_id,
-                                  "parent": s.parent.span_id if s.parent else None}  # fmt: skip
+                                  "parent": s.parent.span_id if s.parent else None,
+                                  "links": sorted((lk.context.trace_id, lk.context.span_id)
+                                                  for lk in s.links)}  # fmt: skip
     return out
 
 
@@ -200,7 +202,9 @@ def _jaeger_spans(jaeger: LocalJaeger, service: str, traces: int) -> Spans:
                     parent = int(s["parentSpanId"], 16) if s.get("parentSpanId") else None
                     out[int(s["spanId"], 16)] = {
                         "name": s["name"], "attrs": attrs,
-                        "trace": int(s["traceId"], 16), "parent": parent}  # fmt: skip
+                        "trace": int(s["traceId"], 16), "parent": parent,
+                        "links": sorted((int(lk["traceId"], 16), int(lk["spanId"], 16))
+                                        for lk in s.get("links", []))}  # fmt: skip
     return out
 
 
@@ -216,6 +220,9 @@ def test_jaeger_holds_every_run_as_exported(jaeger: LocalJaeger, ledger: tuple[A
         got = _jaeger_spans(jaeger, service, len(summary.traces))
         time.sleep(0.5)
     _check(got, sent, _expected(client, database))
+    # the producers' traceparents (kept in run_events) are links to their spans
+    assert all(got[i]["links"] == sent[i]["links"] for i in sent)
+    assert sum(1 for span in sent.values() if span["links"]) > len(sent) / 2
 
 
 # -- Phoenix: /v1/projects/<project>/spans --------------------------------------------------
