@@ -375,7 +375,8 @@ class Chaos:
     input_topic: str
     limit_topic: str
     session_timeout: float
-    log: Callable[[str], None]
+    actions: tuple[str, ...] = ACTIONS
+    log: Callable[[str], None] = print
     done: list[str] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
@@ -397,8 +398,8 @@ class Chaos:
 
     def _run(self) -> None:
         rng = random.Random(self.seed)
-        while not self._stop.is_set():
-            for action in rng.sample(ACTIONS, len(ACTIONS)):
+        while self.actions and not self._stop.is_set():
+            for action in rng.sample(self.actions, len(self.actions)):
                 if not self._pause(rng, 2.0, 10.0):
                     return
                 started = time.monotonic()

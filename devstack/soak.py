@@ -42,7 +42,7 @@ from typing import Any
 from prism.pipeline.settings import Settings, load_settings
 from prism.pipeline.topics import ensure_topics, worker_env
 
-from ._chaos import Chaos, GroupWatch, Slot, WorkerPool
+from ._chaos import ACTIONS, Chaos, GroupWatch, Slot, WorkerPool
 from ._cluster import LocalKafkaCluster
 from ._truth import compare, render
 
@@ -308,14 +308,14 @@ def _interrupt(signum: int, frame: Any) -> None:
     raise _Interrupted(signal.Signals(signum).name)
 
 
-def _positions(watch: GroupWatch, topic: str) -> tuple[int, int]:
-    """(lag, end offsets total) of ``topic`` as the watch saw it last."""
-    got = [v for tp, v in watch.positions.items() if tp[0] == topic]
+def _positions(positions: dict[tuple[str, int], tuple[int, int]], topic: str) -> tuple[int, int]:
+    """(lag, end offsets total) of ``topic`` in ``positions`` (the watch's)."""
+    got = [v for tp, v in positions.items() if tp[0] == topic]
     return sum(max(0, e - c) for c, e in got), sum(e for _, e in got)
 
 
 def _progress(t0: float, pub: Publisher, watch: GroupWatch, chaos: Chaos | None, topic: str) -> str:
-    lag, _ = _positions(watch, topic)
+    lag, _ = _positions(watch.positions, topic)
     actions = len(chaos.done) if chaos else 0
     return (
         f"{time.monotonic() - t0:5.0f}s: offered {pub.sent:,} ({pub.rate_achieved:,.0f}/s), "
@@ -394,9 +394,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             _join(pool.add(), n, watch, pool)
         _log(f"3 workers stable after {time.monotonic() - started:.0f}s; load and chaos begin")
         pub = Publisher(root / "records.pickle", base, args.rate, args.foreign_key_share, args.seed)
-        chaos = Chaos(
-            args.seed, pool, watch, cluster, t.input, limit_topic, SESSION_TIMEOUT_S, _log
-        )
+        chaos = Chaos(args.seed, pool, watch, cluster, t.input, limit_topic, SESSION_TIMEOUT_S)
+        chaos.actions, chaos.log = args.actions, _log
         t0 = time.monotonic()
         watch.arm()
         pub.thread.start()
@@ -414,6 +413,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if not chaos.stop():
             raise RuntimeError("the chaos driver did not undo its last fault within 240s")
         drained = _drain(watch, pool, args.drain_timeout)
+        settled = dict(watch.positions)  # every partition the group reads, at its end
         watch.arm(False)
         stall = watch.longest_stall
         codes = pool.stop_all()
@@ -427,7 +427,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         events = event_accounting(client, root / "applied.tsv")
         recoveries = [f.recovered_s for f in watch.faults]
         done = [r for r in recoveries if r is not None]
-        ends = {topic: _positions(watch, topic)[1] for topic in (t.input, t.channel_operations)}
+        ends = {topic: _positions(settled, topic)[1] for topic in (t.input, t.channel_operations)}
         verdict: dict[str, Any] = {
             "seed": args.seed,
             "minutes": args.minutes,
@@ -442,8 +442,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 for c in checks
             ],
             **events,
-            "offsets_accounted": ends == pub.per_topic
-            and all(c >= e for c, e in watch.positions.values()),
+            "offsets_accounted": ends == pub.per_topic and all(c >= e for c, e in settled.values()),
+            "partitions_read": len(settled),
             "rebalances": watch.rebalances,
             "rebalances_kept": watch.kept,
             "min_rebalances_kept": args.min_rebalances,
@@ -520,14 +520,15 @@ def render_verdict(v: dict[str, Any]) -> str:
         f"with other keys: {v['foreign_keys']}",
         f"ledger vs manifest: {sum(c['ok'] for c in v['checks'])} of {len(v['checks'])} checks "
         f"agree; events lost {v['lost']}, doubled {v['doubled']}, unexpected {v['unexpected']}",
-        f"every offset accounted for: {v['offsets_accounted']} (end offsets {v['end_offsets']}, "
+        f"every offset accounted for: {v['offsets_accounted']} (committed = end on "
+        f"{v['partitions_read']} partitions; end offsets {v['end_offsets']}, "
         f"published {v['published_per_topic']})",
         f"rebalances {v['rebalances']}, in which a worker kept partitions "
         f"{v['rebalances_kept']} (at least {v['min_rebalances_kept']})",
         f"longest stall of a partition with lag {v['longest_stall_s']}s "
         f"({v['longest_stall_partition']}; bound {v['stall_bound_s']:.0f}s)",
-        f"recovery after {len(v['recoveries'])} faults: p50 {v['recovery_p50_s']}s, "
-        f"max {v['recovery_max_s']}s",
+        f"recovery after {len(v['recoveries'])} faults: p50 {v['recovery_p50_s'] or '-'}s, "
+        f"max {v['recovery_max_s'] or '-'}s",
         "chaos: " + ("; ".join(v["actions"]) or "none"),
     ]
     for name, r in w.items():
@@ -569,14 +570,23 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="rebalances in which a worker kept partitions (default 2 a minute)",
     )
+    p.add_argument(
+        "--faults",
+        default=",".join(ACTIONS),
+        metavar="A,B",
+        help=f"the faults to inject, of {', '.join(ACTIONS)} (none: a control run)",
+    )
     p.add_argument("--drain-timeout", type=float, default=600.0, help="seconds to drain after")
     p.add_argument("--state-dir", type=Path, default=Path(".data/soak"))
     p.add_argument("--json", type=Path, default=None, help="also write the verdict here")
     args = p.parse_args(argv)  # fmt: skip
     # The watch and the publisher ride out a dead broker; aiokafka would log each attempt.
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
+    args.actions = tuple(a for a in args.faults.split(",") if a and a != "none")
+    if set(args.actions) - set(ACTIONS):
+        p.error(f"--faults: unknown {sorted(set(args.actions) - set(ACTIONS))}; use {ACTIONS}")
     if args.min_rebalances is None:
-        args.min_rebalances = max(1, int(2 * args.minutes))
+        args.min_rebalances = max(1, int(2 * args.minutes)) if args.actions else 0
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, _interrupt)
     try:
