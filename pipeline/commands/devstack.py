@@ -62,7 +62,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=Path,
         default=None,
         help=f"data, config, logs and pid files (default {_SINGLE_DIR}, or {_CLUSTER_DIR} "
-        "with --brokers > 1; env PRISM_KAFKA_STATE_DIR)",
+        "with --brokers > 1; env PRISM_KAFKA_STATE_DIR; .data/jaeger and .data/phoenix for "
+        "those)",
     )
     p.set_defaults(func=_run)
 

@@ -19,7 +19,7 @@ DEFAULT_ENDPOINT = "http://127.0.0.1:4318"
 _HEADER_RE = re.compile(r"^([A-Za-z0-9-]+)=(.*)$")
 _EXAMPLES = """examples:
   prism-pipeline traces                                     # every closed run, to 127.0.0.1:4318
-  prism-pipeline traces --local phoenix         # start a local Phoenix, send, print its URL
+  prism-pipeline traces --local phoenix                     # a local Phoenix, started if needed
   prism-pipeline traces --endpoint http://127.0.0.1:6006    # a Phoenix or collector of your own
   prism-pipeline traces --run run-42 --run run-43 --include-open
   prism-pipeline traces --from -24h --tenant acme-corp --header authorization='Bearer ...'
