@@ -7,11 +7,17 @@ import logging
 import os
 import re
 import sys
+import time
+from collections.abc import Callable
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from prism.pipeline.commands._args import whole
 from prism.pipeline.commands.billing import accept_spans_back
 from prism.pipeline.commands.query import ExamplesFormatter, add_connection_args, connection
+
+if TYPE_CHECKING:
+    from prism.pipeline.traces import TraceSummary
 
 __all__ = ["DEFAULT_ENDPOINT", "register"]
 
@@ -162,6 +168,7 @@ def _run(args: argparse.Namespace) -> int:
         selection,
         resource=resource_for(service),
         endpoint_name=endpoint,
+        on_batch=None if args.dry_run else _progress(),
     )
     if summary.runs == 0:
         print("prism-pipeline traces: no run matched (closed runs only without --include-open)",
@@ -172,6 +179,20 @@ def _run(args: argparse.Namespace) -> int:
     if view:
         print(f"open {view}")
     return 0
+
+
+def _progress() -> Callable[[TraceSummary, int], None]:
+    """A line on stderr every 10 s of a long export (a busy Phoenix takes minutes)."""
+    last = time.monotonic()
+
+    def say(summary: TraceSummary, selected: int) -> None:
+        nonlocal last
+        if time.monotonic() - last >= 10:
+            last = time.monotonic()
+            print(f"  sent {summary.runs} of {selected} run(s), {summary.spans} span(s)",
+                  file=sys.stderr)  # fmt: skip
+
+    return say
 
 
 def _local_backend(name: str, service: str) -> tuple[str, str]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from clickhouse_connect.driver.client import Client
@@ -72,8 +72,11 @@ def export_runs(
     *,
     resource: Resource | None = None,
     endpoint_name: str = "the exporter",
+    on_batch: Callable[[TraceSummary, int], None] | None = None,
 ) -> TraceSummary:
     """Export each selected run of the ledger as spans of its trace; raise if a batch fails.
+
+    ``on_batch(summary, runs_selected)`` is called after each batch the exporter accepted.
 
     Example::
 
@@ -92,8 +95,12 @@ def export_runs(
         if len(batch) >= BATCH_SPANS:
             _send(exporter, batch, endpoint_name)
             batch = []
+            if on_batch is not None:
+                on_batch(summary, len(ids))
     if batch:
         _send(exporter, batch, endpoint_name)
+        if on_batch is not None:
+            on_batch(summary, len(ids))
     return summary
 
 
