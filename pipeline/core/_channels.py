@@ -132,7 +132,7 @@ class ChannelProcessor(KeyedProcessor[OperationState]):
     ) -> None:
         rec = d.event
         ts_us = to_us(rec.ts)
-        self.clock.observe(self.partition, ts_us, now)  # a skewed record moves no mark
+        self.clock.observe(self.mark_key, ts_us, now)  # a skewed record moves no mark
         key = rec.operation_id if rec.operation_id is not None else DENIAL_PREFIX + rec.event_id
         self._save(key)
         op = self.operations.get(key)

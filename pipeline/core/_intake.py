@@ -20,7 +20,11 @@ on its home partition (``_route.home_partition`` of its routing key): one found 
 partition becomes a ``Forward`` for the repartition topic instead, and its copy, stepped
 on the home lane with ``forwarded=True``, ends in one of the three there. So every run
 (and channel operation) is judged by one lane, whatever its producer's key
-(schemas/CONTRACT.md, "Transport" and rule 15).
+(schemas/CONTRACT.md, "Transport" and rule 15). The shell tells the intake which of a
+lane's two sources have records waiting (``behind``) and the earliest event time of the
+copies it produced that are not applied yet (``hold``): a step that forwards holds the
+copies' home at their time itself, so nothing (grace, staleness, an alert) is decided past
+a copy still on its way.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from prism.schemas import (
     ChannelOperation,
     ContractViolation,
     DeadLetterRow,
+    FastEvent,
     dead_letter_preview,
     parse_any_batch,
     parse_fast_batch,
@@ -47,7 +52,17 @@ from ._alerts import ExhaustionAlerter, alert_record
 from ._channels import ChannelProcessor
 from ._processor import Processor
 from ._route import home_partition, producer_pattern
-from ._types import CoreConfig, Delivery, EventClock, Forward, LaneReport, Output, OutRecord
+from ._run import to_us
+from ._types import (
+    CoreConfig,
+    Delivery,
+    EventClock,
+    Forward,
+    LaneReport,
+    Output,
+    OutRecord,
+    forwarded_lane,
+)
 
 __all__ = [
     "InRecord",
@@ -214,6 +229,19 @@ class Intake:
         self.channels.pop(partition, None)
         self.ticked_at.pop(partition, None)
         self.clock.forget(partition)
+        self.clock.forget(forwarded_lane(partition))
+
+    def hold(self, partition: int, ts_us: int | None) -> None:
+        """The earliest event time of the forwarded copies still on their way to the
+        partition's repartition partition (None: none): the watermark stays at it until
+        they are applied. A step that forwards lowers it itself; the shell sets it from
+        the copies it knows were produced and not yet stepped (``Forward.ts_us``)."""
+        self.clock.hold(forwarded_lane(partition), ts_us)
+
+    def behind(self, partition: int, behind: bool, *, forwarded: bool = False) -> None:
+        """Whether the partition's input (``forwarded``: its repartition partition) still
+        has records waiting: its mark then holds the watermark back (``EventClock.behind``)."""
+        self.clock.behind(forwarded_lane(partition) if forwarded else partition, behind)
 
     def step(
         self, partition: int, records: Sequence[InRecord], now: float, *, forwarded: bool = False
@@ -244,8 +272,10 @@ class Intake:
         if channel:
             self.channel_processor(partition)
         procs = self.lane(partition)
+        mark_key = forwarded_lane(partition) if forwarded else partition
         for proc in procs:
             proc.begin()
+            proc.mark_key = mark_key  # copies move a mark of their own
         if records:
             first, last = min(r.offset for r in records), max(r.offset for r in records)
             for proc in procs:
@@ -255,6 +285,8 @@ class Intake:
             out.extend(self._apply(self.processors[partition], pairs, now, received))
         if channel:
             out.extend(self._apply(self.channels[partition], channel, now, received))
+        for proc in procs:
+            proc.mark_key = partition
         if channel or partition not in self.channels:  # each processor of the lane ticked
             self.ticked_at[partition] = now
         self._alerts(out)
@@ -336,10 +368,27 @@ class Intake:
         return out
 
     def lane_report(self, partition: int, *, idle: bool, quiet: bool = False) -> LaneReport:
-        """The partition's event-time report for the alerter (rule 16)."""
+        """The partition's event-time report for the alerter (rule 16).
+
+        ``idle``: nothing waits on its input. A lane that also reads forwarded copies
+        (``behind(..., forwarded=True)``) is idle when neither waits; else its mark is the
+        lowest of the marks of the sources with records waiting.
+        """
         proc = self.processors.get(partition)
         pending = None if proc is None else proc.pending_terminal_us()
-        return LaneReport(self.clock.mark(partition), pending, idle, quiet)
+        mark = self.clock.mark(partition)
+        copies = forwarded_lane(partition)
+        coming = self.clock.held(copies)  # a copy on its way may close a run at its time
+        if coming is not None:
+            pending = coming if pending is None else min(pending, coming)
+        if self.clock.has_mark(copies) or self.clock.is_behind(copies):
+            copies_idle = not self.clock.is_behind(copies)
+            if idle and copies_idle:
+                mark = max(mark, self.clock.mark(copies))
+            elif idle or not copies_idle:
+                mark = self.clock.mark(copies) if idle else min(mark, self.clock.mark(copies))
+            idle, quiet = idle and copies_idle, quiet and copies_idle
+        return LaneReport(mark, pending, idle, quiet)
 
     def parse_ahead(
         self,
@@ -472,9 +521,14 @@ class Intake:
         if rec.traceparent is not None:
             headers.append(("traceparent", rec.traceparent.encode()))
         source = (rec.source, rec.partition, rec.offset)
+        ts_us = item.ts_us if isinstance(item, FastEvent) else to_us(item.ts)
         out.forwards.append(
-            Forward(home, channel, routing_key, rec.value or b"", tuple(headers), source, pattern)
+            Forward(
+                home, channel, routing_key, rec.value or b"", tuple(headers), source, pattern, ts_us
+            )
         )
+        held = self.clock.held(forwarded_lane(home))  # the copy is on its way there
+        self.clock.hold(forwarded_lane(home), ts_us if held is None else min(held, ts_us))
         out.forwarded[rec.partition] += 1
         out.patterns[pattern] += 1
         out.stats["forwarded"] += 1
@@ -508,6 +562,8 @@ def store_isolating(
     now: float,
     store: Callable[[Output], None],
     parts: dict[int, Output] | None = None,
+    *,
+    forwarded: bool = False,
 ) -> Output:
     """Step every partition's records and store them in one go; isolate poison on refusal.
 
@@ -516,11 +572,12 @@ def store_isolating(
     undone and each partition's records are split in halves until the refused ones stand
     alone; those are dead-lettered ``unstorable`` and stored as such, the rest as usual.
     Returns the combined output of everything stored (its state writes included);
-    ``parts``, when given, receives each partition's own share of it.
+    ``parts``, when given, receives each partition's own share of it. ``forwarded``: the
+    records are repartition-topic copies (``Intake.step``).
     """
     own: dict[int, Output] = {}
     for partition, records in batches.items():
-        own[partition] = intake.step(partition, records, now)
+        own[partition] = intake.step(partition, records, now, forwarded=forwarded)
     out = _combined(own.values())
     try:
         store(out)
@@ -528,7 +585,9 @@ def store_isolating(
         for partition in reversed(list(batches)):
             intake.rollback(partition)
         log.warning("the ledger refused a batch (%s); isolating the records it refuses", exc)
-        own = {p: _bisect(intake, p, records, now, store) for p, records in batches.items()}
+        own = {
+            p: _bisect(intake, p, records, now, store, forwarded) for p, records in batches.items()
+        }
         out = _combined(own.values())
     else:
         for partition in batches:
@@ -551,16 +610,17 @@ def _bisect(
     records: Sequence[InRecord],
     now: float,
     store: Callable[[Output], None],
+    forwarded: bool = False,
 ) -> Output:
-    out = intake.step(partition, records, now)
+    out = intake.step(partition, records, now, forwarded=forwarded)
     try:
         store(out)
     except PermanentStoreError as exc:
         intake.rollback(partition)
         if len(records) > 1:
             mid = len(records) // 2
-            out = _bisect(intake, partition, records[:mid], now, store)
-            out.extend(_bisect(intake, partition, records[mid:], now, store))
+            out = _bisect(intake, partition, records[:mid], now, store, forwarded)
+            out.extend(_bisect(intake, partition, records[mid:], now, store, forwarded))
             return out
         rec = records[0]
         log.error(

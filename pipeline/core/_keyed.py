@@ -3,8 +3,9 @@
 A processor keeps one state object per key (a run, a channel operation) for one source
 partition (or a file). ``begin`` / ``commit`` / ``rollback`` nest: a rollback restores each
 key changed since its ``begin`` (copy-on-write: ``_save`` copies a key's state before its
-first change), the partition's mark on the shared ``EventClock``, the next source offset and
-the time of the last scan. ``_finish`` turns what changed into ``Output.state_writes``
+first change), the partition's marks on the shared ``EventClock`` (its input's and its
+forwarded copies', ``forwarded_lane``), the next source offsets and the time of the last
+scan. ``_finish`` turns what changed into ``Output.state_writes``
 (keys naming the partition, so a shared changelogged table can be split again) plus the
 partition's meta record (its watermark mark and next offset per source).
 
@@ -27,7 +28,7 @@ from typing import ClassVar, Generic, Protocol, TypeVar
 
 import orjson
 
-from ._types import CoreConfig, EventClock, Output
+from ._types import CoreConfig, EventClock, Output, forwarded_lane
 
 __all__ = ["KeyedProcessor"]
 
@@ -45,6 +46,7 @@ class _Tx(Generic[S]):
 
     items: dict[str, S | None] = field(default_factory=dict)
     watermark_us: int = 0  # this partition's mark on the shared clock
+    forwarded_us: int | None = None  # the mark of its forwarded copies (None: none yet)
     offsets: dict[str, int] = field(default_factory=dict)
     last_scan_us: int = 0
     scan_due: list[str] = field(default_factory=list)
@@ -64,6 +66,8 @@ class KeyedProcessor(Generic[S]):
         self.clock = clock or EventClock(self.config.max_clock_skew_s)
         self.items: dict[str, S] = {}
         self.offsets: dict[str, int] = {}  # source -> next offset to process (set by the shell)
+        # the clock key the events processed move: the partition, or its forwarded copies'
+        self.mark_key = partition
         self._last_scan_us = 0
         self._scan_due: list[str] = []  # keys to judge at the next scan, though time stood
         self._dirty: set[str] = set()
@@ -129,6 +133,10 @@ class KeyedProcessor(Generic[S]):
                 meta = orjson.loads(value)
                 mark = max(self.clock.mark(self.partition), meta["wm"])
                 self.clock.set_mark(self.partition, mark)
+                copies = meta.get("wf")
+                if isinstance(copies, int):
+                    lane = forwarded_lane(self.partition)
+                    self.clock.set_mark(lane, max(self.clock.mark(lane), copies))
                 self.offsets = _offsets(meta, source)
                 self._load_meta(meta)
         self._loaded()
@@ -148,6 +156,7 @@ class KeyedProcessor(Generic[S]):
         self._tx.append(
             _Tx(
                 watermark_us=self.clock.mark(self.partition),
+                forwarded_us=self._forwarded_mark(),
                 offsets=dict(self.offsets),
                 last_scan_us=self._last_scan_us,
                 scan_due=list(self._scan_due),
@@ -174,9 +183,14 @@ class KeyedProcessor(Generic[S]):
             else:
                 self._index(before)
         self.clock.set_mark(self.partition, tx.watermark_us)
+        self.clock.restore(forwarded_lane(self.partition), tx.forwarded_us)
         self.offsets = tx.offsets
         self._last_scan_us = tx.last_scan_us
         self._scan_due = tx.scan_due
+
+    def _forwarded_mark(self) -> int | None:
+        key = forwarded_lane(self.partition)
+        return self.clock.mark(key) if self.clock.has_mark(key) else None
 
     def _save(self, key: str) -> None:
         """Called before a key changes: inside a transaction, keep a copy of it as it was."""
@@ -207,6 +221,9 @@ class KeyedProcessor(Generic[S]):
             "so": self.offsets,
             **self._meta(),
         }
+        copies = self._forwarded_mark()
+        if copies is not None:
+            meta["wf"] = copies
         writes[self.meta_key] = orjson.dumps(meta)
         self._dirty.clear()
         self._dropped.clear()

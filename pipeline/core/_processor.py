@@ -130,7 +130,7 @@ class Processor(KeyedProcessor[RunState]):
         ev = d.event
         fast = type(ev) is FastEvent  # the fast parse path built ts, data and envelope
         ts_us = ev.ts_us if fast else to_us(ev.ts)
-        skewed = self.clock.observe(self.partition, ts_us, now)
+        skewed = self.clock.observe(self.mark_key, ts_us, now)
         self._save(ev.run_id)
         run = self.runs.get(ev.run_id)
         if run is None:

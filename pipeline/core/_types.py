@@ -19,10 +19,23 @@ __all__ = [
     "LimitDeath",
     "OutRecord",
     "Output",
+    "forwarded_lane",
 ]
 
 _US = 1_000_000
 E = TypeVar("E")
+_FORWARDED_LANES = -(1 << 40)
+
+
+def forwarded_lane(lane: int) -> int:
+    """The ``EventClock`` key of a lane's forwarded copies (its repartition partition).
+
+    They keep a mark of their own: copies come from every other partition, at their pace,
+    so their event times say nothing about where the lane's input partition is, and the
+    reverse; a lane with records waiting on one of them holds the watermark at that one's
+    mark. (Negative, below any lane and the file's -1.)
+    """
+    return _FORWARDED_LANES - lane
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,14 +99,28 @@ class EventClock:
     moves no mark at all: a bad producer clock can neither close nor expire other runs,
     not even in a backfill of old events, where "now plus the skew" would still be far
     ahead of everyone else.
+
+    A lane that reads forwarded copies keeps their mark apart (``forwarded_lane``), and a
+    copy on its way to a lane holds the watermark at its event time (``hold``): copies
+    come at the pace of the partitions that forwarded them, so neither the lane's input
+    nor the copies already applied say where the next copy is in event time.
     """
 
-    __slots__ = ("_behind", "_marks", "_remote", "_remote_held", "_remote_top", "max_skew_us")
+    __slots__ = (
+        "_behind",
+        "_holds",
+        "_marks",
+        "_remote",
+        "_remote_held",
+        "_remote_top",
+        "max_skew_us",
+    )
 
     def __init__(self, max_skew_s: float = 300.0) -> None:
         self.max_skew_us = int(max_skew_s * _US)
         self._marks: dict[int, int] = {}
         self._behind: set[int] = set()
+        self._holds: dict[int, int] = {}  # key -> an event time still on its way there
         # lanes other processes hold: lane -> (mark, idle), and what they add up to
         self._remote: dict[int, tuple[int, bool]] = {}
         self._remote_top = 0
@@ -105,6 +132,7 @@ class EventClock:
             return 0
         top = max(max(self._marks.values(), default=0), self._remote_top)
         held = [self._marks[p] for p in self._behind if p in self._marks]
+        held += self._holds.values()
         if self._remote_held is not None:
             held.append(self._remote_held)
         return min(top, *held) if held else top
@@ -141,9 +169,32 @@ class EventClock:
         """The latest (unskewed) event time ``partition`` saw."""
         return self._marks.get(partition, 0)
 
+    def has_mark(self, partition: int) -> bool:
+        """Whether ``partition`` saw an (unskewed) event or had its mark restored."""
+        return partition in self._marks
+
+    def restore(self, partition: int, mark_us: int | None) -> None:
+        """Put a mark back as it was (None: it had none), to undo a step."""
+        if mark_us is None:
+            self._marks.pop(partition, None)
+        else:
+            self._marks[partition] = mark_us
+
     def set_mark(self, partition: int, mark_us: int) -> None:
         """Restore a partition's mark (from its persisted state, or to undo a step)."""
         self._marks[partition] = mark_us
+
+    def hold(self, partition: int, ts_us: int | None) -> None:
+        """Hold the watermark at ``ts_us``: an event of that time is on its way to
+        ``partition`` (a forwarded copy not yet applied); None releases it."""
+        if ts_us is None:
+            self._holds.pop(partition, None)
+        else:
+            self._holds[partition] = ts_us
+
+    def held(self, partition: int) -> int | None:
+        """The time ``hold`` holds ``partition`` at (None: none)."""
+        return self._holds.get(partition)
 
     def behind(self, partition: int, behind: bool) -> None:
         """Whether ``partition`` still has records waiting (its mark holds the watermark)."""
@@ -160,6 +211,7 @@ class EventClock:
         """A partition this process no longer reads (revoked)."""
         self._marks.pop(partition, None)
         self._behind.discard(partition)
+        self._holds.pop(partition, None)
 
 
 @dataclass(slots=True)
@@ -192,7 +244,9 @@ class Forward:
     topic (the channel operations' or the agent events'), ``key`` the routing key (runId;
     operationId, or connectionId for a denial), ``value`` the original bytes. ``headers``:
     ``source-topic``, ``source-partition``, ``source-offset`` and ``traceparent`` when the
-    record had one. ``pattern`` names why it was off home (``producer_pattern``).
+    record had one. ``pattern`` names why it was off home (``producer_pattern``); ``ts_us``
+    is its event time: until the copy is applied, its home may not let the watermark pass
+    it (``Intake.hold``).
 
     Its source offset counts as handled (forwarded) once the copy is acknowledged; the copy
     is stepped on its home lane with ``forwarded=True`` and ends in the ledger, quarantine
@@ -206,6 +260,7 @@ class Forward:
     headers: tuple[tuple[str, bytes], ...]
     source: tuple[str, int, int]
     pattern: str
+    ts_us: int
 
 
 @dataclass(frozen=True, slots=True)
