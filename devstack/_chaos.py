@@ -170,12 +170,14 @@ class GroupWatch:
     positions: dict[TP, tuple[int, int]] = field(default_factory=dict)  # (committed, end)
     rebalances: int = 0
     kept: int = 0
-    longest_stall: tuple[float, TP | None] = (0.0, None)
+    longest_stall: tuple[float, TP | None, float] = (0.0, None, 0.0)  # seconds, where, since
     faults: list[Fault] = field(default_factory=list)
     errors: int = 0
     armed: bool = False
     _progress: dict[TP, float] = field(default_factory=dict)  # last progress seen
     _at: dict[TP, int] = field(default_factory=dict)  # committed offset at the last look
+    targets: dict[TP, int] = field(default_factory=dict)  # offsets to reach (``wait_for``)
+    reached: set[TP] = field(default_factory=set)
     _seen: dict[str, float] = field(default_factory=dict)  # member id -> first seen
     _caught: dict[TP, tuple[int, int]] = field(default_factory=dict)  # markers-only positions
     _stable: dict[str, frozenset[TP]] | None = None  # the last stable assignment
@@ -258,37 +260,50 @@ class GroupWatch:
             if self._caught.get(key) == now_at:  # seen before: markers only up to the end
                 now_at = (ends[tp], ends[tp])
             elif tp.topic not in self.plain and self._at.get(key) == now_at[0] < now_at[1]:
-                quiet.append((tp, now_at[0]))  # behind, and no progress since the last look
+                quiet.append((tp, now_at[0], now_at[1]))  # behind, no progress since the last look
             self.positions[key] = now_at
-        for tp, end in (await self._markers_only(reader, quiet)).items():
+        pending = [(TopicPartition(*k), self.positions[k][0], target)
+                   for k, target in self.targets.items() if k not in self.reached]  # fmt: skip
+        for k in [k for k, _, target in pending if self.positions[k][0] >= target]:
+            self.reached.add(k)
+        pending = [q for q in pending if (q[0].topic, q[0].partition) not in self.reached]
+        caught = await self._markers_only(reader, quiet + pending)
+        for tp, committed, limit in quiet + pending:
             key = (tp.topic, tp.partition)
-            self._caught[key] = self.positions[key]
-            self.positions[key] = (end, end)
+            if caught.get(key) != (committed, limit):
+                continue
+            if key in self.targets and limit == self.targets[key]:
+                self.reached.add(key)
+            if limit == self.positions[key][1]:
+                self._caught[key] = self.positions[key]
+                self.positions[key] = (limit, limit)
         for key, (committed, end) in self.positions.items():
             if committed >= end or key not in self._progress or committed > self._at.get(key, -1):
                 self._progress[key] = now
             elif self.armed and now - self._progress[key] > self.longest_stall[0]:
-                self.longest_stall = (now - self._progress[key], key)
+                self.longest_stall = (now - self._progress[key], key, self._progress[key])
             self._at[key] = committed
         for f in self.faults:
             if f.recovered_s is None and now - f.at <= RECOVERY_LIMIT_S and self._moved(f):
                 f.recovered_s = now - f.at
 
-    async def _markers_only(self, reader: Any, quiet: list[tuple[Any, int]]) -> dict[Any, int]:
-        """Of partitions behind their end with no progress, those whose committed offset is
-        followed by transaction markers only (a read-committed reader finds no record):
-        caught up. Topics the workers write in transactions end with a marker."""
-        if not quiet:
+    async def _markers_only(
+        self, reader: Any, ranges: list[tuple[Any, int, int]]
+    ) -> dict[TP, tuple[int, int]]:
+        """Of ``(partition, committed, limit)``, the ranges from the committed offset up to
+        the limit that hold transaction markers only (a read-committed reader finds no
+        record there): caught up. Topics the workers write in transactions end with one."""
+        if not ranges:
             return {}
-        reader.assign([tp for tp, _ in quiet])
-        for tp, committed in quiet:
+        reader.assign(list({tp for tp, _, _ in ranges}))
+        for tp, committed, _ in ranges:
             reader.seek(tp, committed)
         got = await reader.getmany(timeout_ms=1000)
-        out = {}
-        for tp, _ in quiet:
-            end = self.positions[(tp.topic, tp.partition)][1]
-            if not got.get(tp) and await reader.position(tp) >= end:
-                out[tp] = end
+        out: dict[TP, tuple[int, int]] = {}
+        for tp, committed, limit in ranges:
+            first = got[tp][0].offset if got.get(tp) else await reader.position(tp)
+            if first >= limit:
+                out[(tp.topic, tp.partition)] = (committed, limit)
         return out
 
     def _moved(self, f: Fault) -> bool:
@@ -345,6 +360,11 @@ class GroupWatch:
                 return True
             time.sleep(0.5)
         return False
+
+    def reach(self, targets: dict[TP, int]) -> None:
+        """From now on, note which partitions committed up to these offsets (``reached``)."""
+        self.reached = set()
+        self.targets = dict(targets)
 
     def holder(self, tp: TP) -> str | None:
         """The worker whose member is assigned ``tp`` (None: unknown or unassigned)."""

@@ -325,25 +325,37 @@ def _progress(t0: float, pub: Publisher, watch: GroupWatch, chaos: Chaos | None,
 
 
 def _drain(watch: GroupWatch, pool: WorkerPool, timeout: float, settle: float = 5.0) -> float:
-    """Wait until every committed offset reached its end offset (and stays); seconds taken."""
+    """Wait until the group committed every record; seconds taken.
+
+    1. The published topics: every committed offset at its end, for ``settle`` seconds.
+    2. Every other topic the group reads (the workers' own: forwarded records, limit
+       deaths and lane reports, which keep coming): committed up to the end offsets they
+       had then, past trailing transaction markers.
+    """
     started = time.monotonic()
     since: float | None = None
     last = 0.0
     while time.monotonic() - started < timeout:
         pool.revive()
         pos = dict(watch.positions)
-        if pos and all(c >= e for c, e in pos.values()):
+        plain = {k: v for k, v in pos.items() if k[0] in watch.plain}
+        left = len(set(watch.targets) - watch.reached) if watch.targets else None
+        if left == 0:
+            return time.monotonic() - started
+        if left is None and plain and all(c >= e for c, e in plain.values()):
             since = since or time.monotonic()
             if time.monotonic() - since >= settle:
-                return time.monotonic() - started
-        else:
+                watch.reach({k: e for k, (c, e) in pos.items() if k[0] not in watch.plain})
+        elif left is None:
             since = None
         if time.monotonic() - last >= 10:
             last = time.monotonic()
-            lag = sum(max(0, e - c) for c, e in pos.values())
-            _log(f"draining: lag {lag:,} after {time.monotonic() - started:.0f}s")
+            lag = sum(max(0, e - c) for c, e in plain.values())
+            behind = f"{left} partitions of the workers' topics behind" if left else ""
+            _log(f"draining after {time.monotonic() - started:.0f}s: lag {lag:,} {behind}")
         time.sleep(0.5)
-    raise TimeoutError(f"the group did not drain within {timeout:.0f}s")
+    missing = sorted(set(watch.targets) - watch.reached)
+    raise TimeoutError(f"the group did not drain within {timeout:.0f}s (behind: {missing[:8]})")
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -413,7 +425,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if not chaos.stop():
             raise RuntimeError("the chaos driver did not undo its last fault within 240s")
         drained = _drain(watch, pool, args.drain_timeout)
-        settled = dict(watch.positions)  # every partition the group reads, at its end
+        # the published topics at their ends; the workers' own up to where they were then
+        settled = {k: v for k, v in watch.positions.items() if k[0] in plain}
+        settled.update({k: (v, v) for k, v in watch.targets.items()})
         watch.arm(False)
         stall = watch.longest_stall
         codes = pool.stop_all()
@@ -433,6 +447,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "minutes": args.minutes,
             "target_rate": args.rate,
             "offered_rate": round(pub.rate_achieved, 1),
+            "load_s": round(pub.ended - pub.started, 1),
             "published": pub.sent,
             "published_per_topic": pub.per_topic,
             "end_offsets": ends,
@@ -449,6 +464,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "min_rebalances_kept": args.min_rebalances,
             "longest_stall_s": round(stall[0], 1),
             "longest_stall_partition": list(stall[1]) if stall[1] else None,
+            "longest_stall_from_s": round(stall[2] - t0, 1) if stall[1] else None,  # load time
             "stall_bound_s": STALL_BOUND_S,
             "recoveries": [
                 {"fault": f.kind, "s": None if f.recovered_s is None else round(f.recovered_s, 1)}
@@ -516,7 +532,8 @@ def render_verdict(v: dict[str, Any]) -> str:
     w = v["workers"]
     lines = [
         f"offered {v['published']:,} records at {v['offered_rate']:,.0f}/s "
-        f"(target {v['target_rate']:,.0f}/s) for {v['minutes']} min, seed {v['seed']}; "
+        f"(target {v['target_rate']:,.0f}/s for {v['minutes']} min: the load took "
+        f"{v['load_s']:.0f}s), seed {v['seed']}; "
         f"with other keys: {v['foreign_keys']}",
         f"ledger vs manifest: {sum(c['ok'] for c in v['checks'])} of {len(v['checks'])} checks "
         f"agree; events lost {v['lost']}, doubled {v['doubled']}, unexpected {v['unexpected']}",
@@ -526,7 +543,8 @@ def render_verdict(v: dict[str, Any]) -> str:
         f"rebalances {v['rebalances']}, in which a worker kept partitions "
         f"{v['rebalances_kept']} (at least {v['min_rebalances_kept']})",
         f"longest stall of a partition with lag {v['longest_stall_s']}s "
-        f"({v['longest_stall_partition']}; bound {v['stall_bound_s']:.0f}s)",
+        f"({v['longest_stall_partition']}, from {v['longest_stall_from_s']}s into the load; "
+        f"bound {v['stall_bound_s']:.0f}s)",
         f"recovery after {len(v['recoveries'])} faults: p50 {v['recovery_p50_s'] or '-'}s, "
         f"max {v['recovery_max_s'] or '-'}s",
         "chaos: " + ("; ".join(v["actions"]) or "none"),
