@@ -235,13 +235,22 @@ class Intake:
         """The earliest event time of the forwarded copies still on their way to the
         partition's repartition partition (None: none): the watermark stays at it until
         they are applied. A step that forwards lowers it itself; the shell sets it from
-        the copies it knows were produced and not yet stepped (``Forward.ts_us``)."""
+        the copies it knows were produced and not yet stepped (``Forward.ts_us``), and
+        ``behind(partition, False, forwarded=True)`` releases it."""
         self.clock.hold(forwarded_lane(partition), ts_us)
 
     def behind(self, partition: int, behind: bool, *, forwarded: bool = False) -> None:
         """Whether the partition's input (``forwarded``: its repartition partition) still
-        has records waiting: its mark then holds the watermark back (``EventClock.behind``)."""
-        self.clock.behind(forwarded_lane(partition) if forwarded else partition, behind)
+        has records waiting: its mark then holds the watermark back (``EventClock.behind``).
+
+        Nothing waiting on the repartition partition also releases ``hold``: say so only
+        from a position measured after the copies forwarded so far were produced (their
+        transaction committed), or a copy still on its way is no longer held for.
+        """
+        key = forwarded_lane(partition) if forwarded else partition
+        self.clock.behind(key, behind)
+        if forwarded and not behind:
+            self.clock.hold(key, None)
 
     def step(
         self, partition: int, records: Sequence[InRecord], now: float, *, forwarded: bool = False

@@ -21,6 +21,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 import orjson
+import pytest
 from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 
@@ -352,3 +353,186 @@ def test_the_property_sees_every_producer_pattern() -> None:
         "librdkafka default partitioner (CRC32)",
         "Sarama default partitioner (FNV-1a)",
     }, patterns
+
+
+# -- by hand: what a forward carries, duplicates, offsets and marks per source ----------------
+
+K = 4
+
+
+def _off_home(key: bytes) -> tuple[int, int]:
+    """(home, another partition) of a routing key on ``K`` partitions."""
+    home = home_partition(key, K)
+    return home, (home + 1) % K
+
+
+def _copy(f: Forward, offset: int) -> InRecord:
+    return InRecord(f.value, REPARTITION, f.partition, offset, key=f.key)
+
+
+def _channel(op: str | None, state: str, eid: str, seq: int = 0) -> bytes:
+    rec = {
+        "schema": "prism.channel-operation/v1",
+        "eventId": eid,
+        "seq": seq,
+        "ts": "2026-11-30T10:00:00+00:00",
+        "connectionId": "telegram:main",
+        "kind": "message",
+        "state": state,
+        **({"operationId": op} if op else {"reason": "capacity"}),
+    }
+    return orjson.dumps(rec)
+
+
+def test_a_record_off_its_home_is_forwarded_with_its_source_and_counted() -> None:
+    intake = Intake(CoreConfig(processing_grace=False), route_partitions=K)
+    value = orjson.dumps(RunBuilder("r1").started().events[0])
+    home, off = _off_home(b"r1")
+    tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    out = intake.step(off, [InRecord(value, INPUT, off, 7, key=b"r1-e0", traceparent=tp)], NOW)
+    (f,) = out.forwards
+    assert (f.partition, f.channel, f.key, f.value, f.source) == (home, False, b"r1", value,
+                                                                  (INPUT, off, 7))  # fmt: skip
+    assert dict(f.headers) == {
+        "source-topic": INPUT.encode(),
+        "source-partition": str(off).encode(),
+        "source-offset": b"7",
+        "traceparent": tp.encode(),
+    }
+    assert f.pattern == "key is not the runId (e.g. eventId)"
+    assert (out.forwarded, out.patterns) == (Counter({off: 1}), Counter({f.pattern: 1}))
+    assert out.ranges == [(INPUT, off, 7, 7)]  # the offset is handled: forwarded
+    assert not out.ledger.events and not out.dlq and intake.next_offset(off, INPUT) == 8
+    copy = intake.step(home, [_copy(f, 0)], NOW, forwarded=True)
+    assert [e.event_id for e in copy.ledger.events] == ["r1-e0"] and not copy.forwards
+    assert (intake.next_offset(home, REPARTITION), intake.next_offset(home, INPUT)) == (1, None)
+
+
+def test_channel_operations_route_by_operation_and_denials_by_connection() -> None:
+    intake = Intake(CoreConfig(processing_grace=False), route_partitions=K)
+    op_home, op_off = _off_home(b"op-1")
+    out = intake.step(op_off, [InRecord(_channel("op-1", "admitted", "c1"), INPUT, op_off, 0)],
+                      NOW)  # fmt: skip
+    assert [(f.partition, f.channel, f.key, f.pattern) for f in out.forwards] == [
+        (op_home, True, b"op-1", "null key")
+    ]
+    deny_home, deny_off = _off_home(b"telegram:main")
+    out = intake.step(deny_off, [InRecord(_channel(None, "denied", "c2"), INPUT, deny_off, 0,
+                                          key=b"c2")], NOW)  # fmt: skip
+    assert [(f.partition, f.key, f.pattern) for f in out.forwards] == [
+        (deny_home, b"telegram:main", "key is not the connectionId (e.g. eventId)")
+    ]
+
+
+def test_what_does_not_parse_is_dead_lettered_where_it_arrives_and_copies_stay() -> None:
+    intake = Intake(CoreConfig(processing_grace=False), route_partitions=K)
+    _, off = _off_home(b"r1")
+    out = intake.step(off, [InRecord(b"{nope", INPUT, off, 3, key=b"r1")], NOW)
+    assert not out.forwards
+    assert [(d.source, d.partition, d.offset) for d in out.ledger.dead_letters] == [(INPUT, off, 3)]
+    value = orjson.dumps(RunBuilder("r1").started().events[0])  # a copy off its home too
+    out = intake.step(off, [InRecord(value, REPARTITION, off, 0)], NOW, forwarded=True)
+    assert not out.forwards and [e.event_id for e in out.ledger.events] == ["r1-e0"]
+
+
+def _deliver(intake: Intake, ledger: FinalLedger, forwards: list[Forward], at: int) -> Output:
+    out = Output()
+    for i, f in enumerate(forwards):
+        out.extend(intake.step(f.partition, [_copy(f, at + i)], NOW, forwarded=True))
+        intake.commit(f.partition)
+    ledger.add(out)
+    return out
+
+
+@pytest.mark.parametrize("grace_s", [86400.0, 0.0])  # the run kept whole, or a tombstone
+def test_a_copy_delivered_again_changes_no_output(grace_s: float) -> None:
+    """A crash between producing the copies and committing their source offsets produces
+    them again: the second delivery (new repartition offsets) writes no row, quarantines
+    nothing again and sends no alert (rule 1, by event id)."""
+    config = CoreConfig(grace_period_s=grace_s, alert_threshold=1, processing_grace=False)
+    intake = Intake(config, alerter=ExhaustionAlerter(300, 1, 0), route_partitions=K)
+    run = RunBuilder("r1").started().turn(1).limit_death("maxTurns").turn(2)  # post-terminal
+    later = RunBuilder("r2", start=RunBuilder("r1").start.replace(hour=12)).started()
+    values = [orjson.dumps(e) for e in [*run.events, *later.events]]
+    _, off = _off_home(b"r1")
+    batch = [InRecord(v, INPUT, off, i) for i, v in enumerate(values)]
+    first = intake.step(off, batch, NOW)
+    intake.rollback(off)  # the crash: the source offsets were not committed
+    again = intake.step(off, batch, NOW)
+    intake.commit(off)
+    assert first.forwards == again.forwards and again.forwards
+    ledger = FinalLedger()
+    once = _deliver(intake, ledger, again.forwards, 0)
+    for p in range(K):  # every copy applied: nothing on its way holds the watermark
+        intake.behind(p, False, forwarded=True)
+    for p, ticked in intake.tick(NOW).items():
+        intake.commit(p)
+        ledger.add(ticked)
+        once.extend(ticked)
+    assert once.ledger.quarantine and once.limit_deaths and once.ledger.alerts
+    before = _meaning(ledger)
+    kept = intake.processors[home_partition(b"r1", K)].runs["r1"]
+    assert (kept.tombstone is None) == (grace_s > 0)  # its facts, or only its event ids
+    twice = _deliver(intake, ledger, first.forwards, len(again.forwards))
+    assert twice.ledger == type(twice.ledger)()  # no row of any table
+    assert (twice.quarantined, twice.closed, twice.alerts, twice.limit_deaths) == ([], [], [],
+                                                                                    [])  # fmt: skip
+    assert twice.stats["duplicate"] == len(values)
+    assert _meaning(ledger) == before
+
+
+def test_a_denial_copy_delivered_again_is_one_denial() -> None:
+    intake = Intake(CoreConfig(processing_grace=False), route_partitions=K)
+    _, off = _off_home(b"telegram:main")
+    f = intake.step(off, [InRecord(_channel(None, "denied", "c2"), INPUT, off, 0)], NOW).forwards
+    ledger = FinalLedger()
+    _deliver(intake, ledger, f, 0)
+    out = _deliver(intake, ledger, f, 1)
+    assert len(ledger.rows("channel_denials")) == 1 and not out.ledger.channel_denials
+
+
+def test_next_offsets_are_kept_per_source_and_the_old_format_is_read() -> None:
+    config = CoreConfig(processing_grace=False)
+    intake = Intake(config, route_partitions=K)
+    home = home_partition(b"r1", K)
+    values = [orjson.dumps(e) for e in RunBuilder("r1").started().turn(1).events]
+    intake.step(home, [InRecord(values[0], INPUT, home, 40)], NOW)
+    intake.commit(home)
+    out = intake.step(home, [InRecord(values[1], REPARTITION, home, 2)], NOW, forwarded=True)
+    assert (intake.next_offset(home, INPUT), intake.next_offset(home, REPARTITION)) == (41, 3)
+    intake.rollback(home)
+    assert (intake.next_offset(home, INPUT), intake.next_offset(home, REPARTITION)) == (41, None)
+    out = intake.step(home, [InRecord(values[1], REPARTITION, home, 2)], NOW, forwarded=True)
+    intake.commit(home)
+    restored = Intake(config, route_partitions=K)
+    state = {k: v for k, v in out.state_writes.items() if v is not None}
+    restored.load(home, state.items())
+    assert (restored.next_offset(home, INPUT), restored.next_offset(home, REPARTITION)) == (41, 3)
+    assert restored.lane_report(home, idle=True) == intake.lane_report(home, idle=True)
+    old = [(f"m\x1f{home}", b'{"wm": 5, "no": 42}')]  # written before sources were apart
+    legacy = Intake(config, route_partitions=K)
+    legacy.load(home, old, source=INPUT)
+    assert (legacy.next_offset(home, INPUT), legacy.next_offset(home, REPARTITION)) == (42, None)
+    unnamed = Intake(config)
+    unnamed.load(home, old)
+    assert (unnamed.next_offset(home), unnamed.next_offset(home, INPUT)) == (42, None)
+
+
+def test_each_source_with_records_waiting_holds_the_watermark_at_its_own_mark() -> None:
+    intake = Intake(CoreConfig(processing_grace=False), route_partitions=K)
+    early = RunBuilder("r1").started().events[0]
+    late = RunBuilder("r2", start=RunBuilder("r1").start.replace(hour=11)).started().events[0]
+    home = home_partition(b"r1", K)
+    intake.step(home, [InRecord(orjson.dumps(early), INPUT, home, 0)], NOW)
+    intake.step(home, [InRecord(orjson.dumps(late), REPARTITION, home, 0)], NOW, forwarded=True)
+    t_early, t_late = intake.clock.mark(home), intake.lane_report(home, idle=True).mark_us
+    assert t_early < t_late == intake.clock.watermark_us
+    intake.behind(home, True)  # the input is behind: held at its mark, not the copies'
+    assert intake.clock.watermark_us == t_early
+    assert intake.lane_report(home, idle=False).mark_us == t_early
+    intake.behind(home, False)
+    intake.hold(home, t_early + 1)  # a copy of that time is on its way
+    assert intake.clock.watermark_us == t_early + 1
+    assert intake.lane_report(home, idle=True).pending_us == t_early + 1
+    intake.hold(home, None)
+    assert intake.clock.watermark_us == t_late
