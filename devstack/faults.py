@@ -21,8 +21,12 @@ order the worker calls ``LedgerWriter.flush()`` (a retried flush counts again).
 - ``refuse_event:ID``: the ledger refuses, as a permanent error, every flush holding a row
   of the event ``ID`` (a poison record: the worker must isolate it and carry on).
 - ``drop_fetch:N``: the worker drops the N-th chunk of records it fetches from an input
-  topic (counted from 1), as it drops records fetched around a rebalance: the consumer's
-  position has moved past them, and nothing fetches them again.
+  topic (counted from 1) before stepping it: the consumer's position has moved past
+  them, and nothing fetches them again unless the worker notices.
+- ``stall_after_insert:N``: once the first flush numbered >= N that stored rows has
+  inserted them, hold the flush for ``STALL_SECONDS`` before it returns: a worker caught
+  between its ledger insert and its Kafka transaction, which a test can pause (SIGSTOP)
+  past its session timeout to make it a zombie.
 
 Each fault writes one ``prism-fault: ...`` line to stderr when it fires (failures: the
 first one and the recovery), so a test can check the fault hit where it should.
@@ -50,6 +54,7 @@ from typing import Any
 __all__ = [
     "MARKER",
     "SPEC_NAME",
+    "STALL_SECONDS",
     "FaultPlan",
     "FaultSpecError",
     "FaultyWriter",
@@ -61,10 +66,11 @@ log = logging.getLogger("prism.faults")
 
 SPEC_NAME = "fault spec"
 MARKER = "prism-fault:"
+STALL_SECONDS = 8.0  # how long stall_after_insert holds its flush
 
 _REFUSE_RE = re.compile(r"^refuse_event:(?P<event_id>[^,\s]{1,128})$")
 _ITEM_RE = re.compile(
-    r"^(?P<kind>kill_after_insert|kill_mid_insert|fail_inserts|drop_fetch)"
+    r"^(?P<kind>kill_after_insert|kill_mid_insert|fail_inserts|drop_fetch|stall_after_insert)"
     r":(?P<amount>\d+(?:\.\d+)?)(?P<unit>s?)(?:@(?P<start>\d+))?$"
 )
 
@@ -96,7 +102,9 @@ class FaultPlan:
     fail_from_flush: int = 1
     refuse_event: str | None = None
     drop_fetch: int | None = None
+    stall_after_insert: int | None = None
     kill: Callable[[], None] = _kill_self
+    sleep: Callable[[float], None] = time.sleep
     clock: Callable[[], float] = time.monotonic
     flushes: int = field(default=0, init=False)
     failed: int = field(default=0, init=False)
@@ -149,8 +157,17 @@ class FaultPlan:
         self._tables_this_flush = []
 
     def flush_finished(self, result: Any) -> None:
-        """Kill after the flush stored its rows, before the caller sees ``result``."""
+        """Kill (or stall) after the flush stored its rows, before the caller sees ``result``."""
         stored = getattr(result, "rows", None) or {}
+        if (
+            self.stall_after_insert is not None
+            and self.flushes >= self.stall_after_insert
+            and sum(stored.values()) > 0
+        ):
+            self.stall_after_insert = None  # once
+            _say(f"stall_after_insert: flush {self.flushes} stored {dict(stored)}; "
+                 f"holding it {STALL_SECONDS:g}s before its commit")  # fmt: skip
+            self.sleep(STALL_SECONDS)
         if (
             self.kill_after_insert is not None
             and self.flushes >= self.kill_after_insert
@@ -245,7 +262,8 @@ def parse_faults(spec: str) -> FaultPlan | None:
             raise FaultSpecError(
                 f"{SPEC_NAME} item {item!r} is not understood; use kill_after_insert:N, "
                 "kill_mid_insert:N, fail_inserts:N or fail_inserts:Ts, optionally with "
-                "@M on fail_inserts (e.g. fail_inserts:10s@2), drop_fetch:N, or "
+                "@M on fail_inserts (e.g. fail_inserts:10s@2), drop_fetch:N, "
+                "stall_after_insert:N, or "
                 "refuse_event:ID, comma-separated"
             )
         kind, amount, seconds, start = m["kind"], m["amount"], m["unit"] == "s", m["start"]
@@ -270,6 +288,8 @@ def parse_faults(spec: str) -> FaultPlan | None:
             plan.kill_after_insert = int(amount)
         elif kind == "drop_fetch":
             plan.drop_fetch = int(amount)
+        elif kind == "stall_after_insert":
+            plan.stall_after_insert = int(amount)
         else:
             plan.kill_mid_insert = int(amount)
         if float(amount) <= 0 or plan.fail_from_flush < 1:

@@ -86,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="prism-pipeline",
         description=(
             "Observability and metering pipeline for Prism agent runtimes: "
-            "Kafka -> run semantics (faust-streaming) -> ClickHouse ledger. "
+            "Kafka -> run semantics -> ClickHouse ledger. "
             "Settings come from PRISM_* environment variables (see README)."
         ),
     )

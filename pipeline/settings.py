@@ -121,6 +121,21 @@ class Topics:
         """The channel-operation input topic beside the agent events (same prefix)."""
         return self.input.removesuffix(".agent-events") + ".channel-operations"
 
+    @property
+    def repartition(self) -> str:
+        """Agent events forwarded to their run's home partition (CONTRACT.md, Transport)."""
+        return self.input + ".repartition"
+
+    @property
+    def channel_repartition(self) -> str:
+        """Channel operations forwarded to their operation's home partition."""
+        return self.channel_operations + ".repartition"
+
+    @property
+    def slot_topics(self) -> tuple[str, str, str, str]:
+        """The topics whose partition ``p`` one worker holds together (a slot)."""
+        return (self.input, self.channel_operations, self.repartition, self.channel_repartition)
+
 
 class Settings(BaseSettings):
     """Every knob of the pipeline; each field maps to ``PRISM_<FIELD_NAME>``."""
@@ -133,6 +148,10 @@ class Settings(BaseSettings):
     partitions: int = Field(default=4, ge=1, le=1024)
     replication_factor: int = Field(default=1, ge=1, le=16)
     consumer_group: str = "prism-pipeline"
+    # A worker that has not heartbeated for this long loses its partitions to the others
+    # (and its later writes are fenced): the bound on how long a dead or paused worker's
+    # partitions wait.
+    consumer_session_timeout_seconds: float = _seconds(10.0, low=1.0, high=600.0)
     kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_SSL", "SASL_PLAINTEXT"] = "PLAINTEXT"
     kafka_sasl_mechanism: Literal["SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN"] = "SCRAM-SHA-512"
     kafka_sasl_username: str | None = None
@@ -178,12 +197,12 @@ class Settings(BaseSettings):
     # often that every stage of the step ran about a quarter slower (bench/README.md). The
     # loop waits up to this long for the GIL, far below any Kafka timeout.
     gil_switch_interval_seconds: float = Field(default=0.05, ge=0.001, le=1.0, allow_inf_nan=False)
-    # Parse the next batch's records while this batch's insert waits on ClickHouse (which
-    # holds no GIL then); off: each batch is parsed in its own step (bench/README.md).
+    # ingest-file: parse the next batch's records while this batch's insert waits on
+    # ClickHouse (which holds no GIL then); off: each batch is parsed in its own step.
     parse_ahead: bool = True
-    # How long an assigned partition may have records past the worker's position with none
-    # delivered before the worker reads them back itself (records the consumer fetched and
-    # dropped around a rebalance are not fetched again); 0 = never.
+    # How long a held partition's consumer position may stay past the worker's own (records
+    # handed out and never stepped, with no later record to show the gap) before the worker
+    # reads them back itself; 0 = never.
     undelivered_read_back_seconds: float = _seconds(5.0, high=3600.0)
 
     # Worker state and observability

@@ -47,7 +47,7 @@ async def _ensure_topics(settings: Settings, extra: dict[str, int] | None) -> li
     t = settings.topics
     wanted = {
         name: settings.partitions
-        for name in (t.input, t.dlq, t.quarantine, t.runs_closed, t.alerts, t.channel_operations)
+        for name in (t.input, t.dlq, t.quarantine, t.runs_closed, t.alerts, *t.slot_topics)
     }
     wanted[f"{settings.topic_prefix}.limit-deaths"] = 1
     wanted.update(extra or {})

@@ -1,4 +1,4 @@
-"""``prism-pipeline worker``: the faust-streaming worker (Kafka -> core -> ClickHouse)."""
+"""``prism-pipeline worker``: the Kafka worker (Kafka -> core -> ClickHouse)."""
 
 from __future__ import annotations
 
@@ -50,8 +50,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--database", help="ledger database (PRISM_CLICKHOUSE_DATABASE)")
     p.add_argument("--topic-prefix", help="topic prefix (PRISM_TOPIC_PREFIX)")
     p.add_argument("--group", help="consumer group (PRISM_CONSUMER_GROUP)")
-    p.add_argument("--state-dir", help="faust table state directory (PRISM_STATE_DIR)")
-    p.add_argument("--state-store", choices=["rocksdb", "memory"], help="table store")
+    p.add_argument("--state-dir", help="where worker-stats.json is written (PRISM_STATE_DIR)")
+    p.add_argument("--state-store", choices=["rocksdb", "memory"],
+                   help="unused by the worker (kept so existing configurations load)")  # fmt: skip
     p.set_defaults(func=_run)
 
 

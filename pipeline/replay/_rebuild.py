@@ -28,8 +28,8 @@ from .._store import LedgerStore
 from ..core import ExhaustionAlerter, InRecord, Intake, Output, store_isolating
 from ..ingest import LedgerTally, render_counts
 from ..settings import Settings
-from ..worker._faust import in_record
 from ..worker._lanes import lane_of
+from ..worker._records import in_record
 from ._errors import RebuildRefused, TopicNotFound
 from ._ledger import _check_identifier
 from ._tail import _consumer, topic_partitions

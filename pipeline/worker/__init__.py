@@ -1,4 +1,4 @@
-"""The faust-streaming worker shell around the core (``prism-pipeline worker``).
+"""The Kafka worker shell around the core (``prism-pipeline worker``).
 
 Example::
 
@@ -8,7 +8,6 @@ Example::
 """
 
 from ._app import AlertSink, PipelineWorker
-from ._faust import make_app
 from ._run import WorkerHooks, build_worker, run_worker
 
 __all__ = [
@@ -16,6 +15,5 @@ __all__ = [
     "PipelineWorker",
     "WorkerHooks",
     "build_worker",
-    "make_app",
     "run_worker",
 ]

@@ -2,11 +2,11 @@
 
 Whichever worker holds the single partition of ``<prefix>.limit-deaths`` steps it: every
 lane's limit deaths and event-time reports arrive there in order. ``AlertDesk.step``
-records a batch of them and returns the rows the watermark has decided; the worker stores,
-produces and notifies those, then ``save`` writes the alerter's state to its compacted
-changelog, but only while this process still holds the partition. Otherwise it forgets
-its copy: the next holder reads the state back (``_state.StateReader``) and the deaths
-again from the group's committed offset.
+records a batch of them and returns the rows the watermark has decided; the worker stores
+those, then commits the alerts, the alerter's state (``state_record``, to its compacted
+changelog) and the partition's offset in one transaction of the ``alerter`` slot
+(``_checkpoint``). The next holder fences that producer, reads the state back
+(``_state.StateReader``) and the deaths again from the committed offset.
 """
 
 from __future__ import annotations
@@ -14,11 +14,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
+from aiokafka import TopicPartition
+
 from prism.schemas import LedgerBatch
 
 from ..core import CoreConfig, ExhaustionAlerter, Output, alert_record, decode_alerter_input
 from ..settings import Settings
-from ._produce import ProducedRecord, RecordProducer
+from ._checkpoint import SlotCommit
+from ._produce import ProducedRecord
 from ._state import StateReader
 
 __all__ = ["STATE_KEY", "AlertDesk"]
@@ -31,14 +34,14 @@ STATE_KEY = b"alerter"  # the alerter's one key in its changelog
 class AlertDesk:
     """The alerter of a worker, its state read back and written by the worker itself."""
 
-    def __init__(self, settings: Settings, config: CoreConfig, producer: RecordProducer) -> None:
+    def __init__(self, settings: Settings, config: CoreConfig) -> None:
         self.changelog = f"{settings.consumer_group}-alert-state-changelog"
         self.reader = StateReader(self.changelog, settings.aiokafka_kwargs())
         self.topic = settings.topics.limit_deaths
         self.partitions = settings.partitions
         self.config = config
-        self.producer = producer
         self.alerter: ExhaustionAlerter | None = None
+        self.position: int | None = None  # the next offset of limit-deaths to step
 
     async def step(self, values: Sequence[bytes | None], first: int, last: int) -> Output:
         """The deaths and lane reports of limit-deaths offsets ``first..last`` in; the rows
@@ -58,17 +61,38 @@ class AlertDesk:
             out.alerts.extend(alert_record(r) for r in rows)
         return out
 
-    async def save(self, *, still_held: bool) -> None:
-        """Write the state after a batch's rows are stored and produced; ``still_held``:
-        no rebalance began since the batch and this process holds limit-deaths."""
+    def commit_of(self, out: Output, alerts_topic: str, next_offset: int) -> SlotCommit:
+        """The ``alerter`` slot's transaction for a stepped batch: its alert records, the
+        alerter's state and the partition's next offset."""
+        recs = [ProducedRecord(alerts_topic, r.key, r.value, None, r.headers) for r in out.alerts]
+        state = self.state_record()
+        if state is not None:
+            recs.append(state)
+        self.position = next_offset
+        return SlotCommit(recs, {TopicPartition(self.topic, 0): next_offset})
+
+    def past_markers(self, consumer_position: int | None) -> SlotCommit | None:
+        """The partition's offset alone, when the consumer's position has moved past the
+        alerter's over offsets that hold no record it was handed (transaction markers:
+        every lane writes here in transactions); None when it has not."""
+        if self.position is None or consumer_position is None:
+            return None
+        if consumer_position <= self.position:
+            return None
+        self.position = consumer_position
+        return SlotCommit([], {TopicPartition(self.topic, 0): consumer_position})
+
+    def state_record(self) -> ProducedRecord | None:
+        """The alerter's state as a changelog record, for the transaction of its batch."""
         if self.alerter is None:
-            return
-        if not still_held:
-            log.info("alerter state not written: limit-deaths was reassigned")
-            self.alerter = None
-            return
-        state = ProducedRecord(self.changelog, STATE_KEY, self.alerter.to_bytes(), 0)
-        await self.producer.send_all([state])
+            return None
+        return ProducedRecord(self.changelog, STATE_KEY, self.alerter.to_bytes(), 0)
+
+    def forget(self) -> None:
+        """Drop the copy in memory: the next step reads the state back (the partition was
+        assigned anew, or this process's write was fenced)."""
+        self.alerter = None
+        self.position = None
 
     async def _restored(self) -> ExhaustionAlerter:
         """The alerter, read back from its changelog the first time; it waits for a report

@@ -1,6 +1,6 @@
 """The worker's HTTP endpoint: ``GET /metrics`` for Prometheus and ``GET /healthz``.
 
-A small threaded server beside the faust event loop (it never touches the loop): it reads
+A small threaded server beside the worker's event loop (it never touches the loop): it reads
 the worker's ``WorkerTelemetry`` (its Prometheus registry and its health), so a scrape or a
 probe cannot slow a batch down. ``/healthz`` answers 200 with JSON figures while the
 worker runs and 503 once it is stopping. Address: ``PRISM_METRICS_HOST`` and

@@ -64,7 +64,10 @@ class LaneMarks:
             try:
                 if self._consumer is None:
                     self._consumer = AIOKafkaConsumer(
-                        group_id=None, enable_auto_commit=False, **self.kwargs
+                        group_id=None,
+                        enable_auto_commit=False,
+                        isolation_level="read_committed",
+                        **self.kwargs,
                     )
                     await self._consumer.start()
                     tp = TopicPartition(self.topic, 0)

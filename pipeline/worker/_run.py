@@ -1,4 +1,4 @@
-"""Start the worker: migrate the ledger, build the writer and the app, run faust's Worker."""
+"""Start the worker: migrate the ledger, build the writer and the worker, run its loop."""
 
 from __future__ import annotations
 
@@ -25,8 +25,8 @@ class WorkerHooks:
     ``insert_hook(table, insert)`` wraps every ledger insert; ``wrap_writer(writer)``
     returns the ledger sink the worker uses instead of ``writer``; ``clock`` is the
     worker's processing clock (seconds since the epoch); ``drop_fetched(topic, partition,
-    records)`` true makes the worker drop a fetched chunk of an input topic, as it does
-    records fetched around a rebalance.
+    records)`` true makes the worker drop a fetched chunk of a slot topic before stepping
+    it (the worker must notice and read the offsets back).
     """
 
     insert_hook: Callable[[str, Callable[[], object]], object] | None = None
@@ -74,13 +74,14 @@ def switch_interval(seconds: float) -> Iterator[None]:
 def run_worker(
     settings: Settings, *, loglevel: int = logging.INFO, hooks: WorkerHooks | None = None
 ) -> int:
-    """Run until SIGTERM/SIGINT; faust stops the agents, flushes and commits on the way out."""
+    """Run until SIGTERM/SIGINT: the batch in hand is committed or dropped, then the worker
+    leaves the group and the others take its slots over."""
     import asyncio
-
-    import faust
+    import signal
 
     from ..topics import check_partitions, ensure_topics
 
+    logging.getLogger().setLevel(loglevel)
     # The configuration first, before anything is done on the broker: the ledger opened and
     # migrated (DSN, path, credentials), the alert sinks built, the metrics port bound.
     worker = build_worker(settings, hooks)
@@ -90,13 +91,18 @@ def run_worker(
 
         server = MetricsServer(worker.telemetry, settings.metrics_host, settings.metrics_port)
         server.start()
-    try:
-        # Declare every topic before faust subscribes: a consumer subscribed to a missing
-        # topic ignores it for good.
-        created = asyncio.run(ensure_topics(settings))
+
+    async def main() -> None:
+        created = await ensure_topics(settings)
         if created:
             log.info("created topics: %s", ", ".join(created))
-        asyncio.run(check_partitions(settings))  # the lanes' state fits the input's count
+        await check_partitions(settings)  # the lanes' state fits the input's count
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, worker.stop)
+        await worker.run()
+
+    try:
         log.info(
             "worker starting: topic=%s group=%s ledger=%s gil_switch_interval=%gs",
             settings.topics.input,
@@ -105,12 +111,7 @@ def run_worker(
             settings.gil_switch_interval_seconds,
         )
         with switch_interval(settings.gil_switch_interval_seconds):
-            faust.Worker(
-                worker.app,
-                loglevel=logging.getLevelName(loglevel).lower(),
-                quiet=True,
-                redirect_stdouts=False,
-            ).execute_from_commandline()
+            asyncio.run(main())
     finally:
         if server is not None:
             server.stop()

@@ -1,14 +1,14 @@
-"""Lane state read back by the worker itself, not by faust's table recovery.
+"""Slot state read back to its end, read committed: what a new owner of a slot loads.
 
-The worker writes each lane's state (its runs, channel operations, position and mark) as
-keyed records to the compacted ``<group>-run-state-changelog`` topic, partition ``p`` for
-input partition ``p``, after the ledger has the batch's rows; the alerter's state goes to
-``<group>-alert-state-changelog`` the same way. A process that is assigned a partition
-reads that partition with a group-less consumer from its first offset to the end offset
-taken at that moment (``StateReader.read``; the last write of a key wins, an empty value
-deletes it) and loads the lane from it. Nothing waits on faust's table recovery, which
-can wait for good after a partition moves away and back ("No event received for active
-tp ...-changelog"): SCALING.md, "Rebalances".
+The worker writes each slot's state (its runs and channel operations, and the slot's
+position record, ``_slotstate``) as keyed records to the compacted
+``<group>-run-state-changelog`` topic, partition ``p`` for slot ``p``, inside the slot's
+transaction (``_checkpoint``); the alerter's state goes to ``<group>-alert-state-changelog``
+the same way. A process assigned a slot whose state it does not hold reads that partition
+with a group-less, read-committed consumer from its first offset to the end offset taken
+at that moment (``StateReader.read``; the last write of a key wins, an empty value deletes
+it): only committed transactions count, and the read ends, whatever else moves. Its time
+is bounded by the topic's compaction (``topics.COMPACTED``): SCALING.md, "Rebalances".
 """
 
 from __future__ import annotations
@@ -65,7 +65,10 @@ class StateReader:
         try:
             if self._consumer is None:
                 self._consumer = AIOKafkaConsumer(
-                    group_id=None, enable_auto_commit=False, **self.kwargs
+                    group_id=None,
+                    enable_auto_commit=False,
+                    isolation_level="read_committed",
+                    **self.kwargs,
                 )
                 await self._consumer.start()
             consumer = self._consumer

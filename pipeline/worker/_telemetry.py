@@ -199,6 +199,8 @@ class WorkerTelemetry:
         self.stopping = False
         self.stats_path = stats_path
         self.counts: Counter[str] = Counter()
+        # figures the worker sets itself for the stats file (restores, fenced writes, ...)
+        self.extra: dict[str, Any] = {}
         self.freshness = _Reservoir()
         self.insert_ms = _Reservoir(2000)
         self.batch_sizes = _Reservoir(2000)
@@ -244,14 +246,8 @@ class WorkerTelemetry:
     def stage(self, name: str, seconds: float) -> None:
         """Add ``seconds`` to stage ``name`` (the stats file reports microseconds per event):
 
-        - ``step_thread``: wall time of step 2 in its thread (parse, run semantics, store);
-        - ``store``: the part of it spent in the ledger store (columns, inserts, retries);
-        - ``step_thread_cpu``: the step thread's CPU time (the rest of its wall time it
-          waited: for the GIL, or for ClickHouse);
-        - ``between_steps``: wall time from one step's end to the next one's start (with a
-          backlog, the worker's per-batch overhead; when idle, the wait for records);
-        - ``parse_ahead``: wall time of the next batch's parse in its own thread, beside
-          this batch's store (``Settings.parse_ahead``).
+        - ``step_thread``: wall time of the step in its thread (parse, run semantics, store);
+        - ``store``: the part of it spent in the ledger store (columns, inserts, retries).
         """
         self.stage_seconds[name] += seconds
 
@@ -399,8 +395,8 @@ class WorkerTelemetry:
             "insert_ms": self.insert_ms.summary(),
             "batch_size": self.batch_sizes.summary(),
             "stage_us": self.stage_us(),
-            "parsed_ahead": self.counts["parsed_ahead"],
             "lag": sum(self.lag.values()),
+            **self.extra,
         }
         tmp = self.stats_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(doc, indent=1))

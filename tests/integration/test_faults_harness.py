@@ -26,9 +26,9 @@ from prism.pipeline.topics import ensure_topics, worker_env
 from prism.runtime.simulator import Fleet, FleetRecord, publish_to_kafka
 from tests.fixtures.oracle import diff_manifest
 
-# faust reads these from the environment: a SIGKILLed member leaves the group after 6 s
-# (the broker's minimum session timeout) instead of faust's default 60 s.
-FAST_GROUP_ENV = {"BROKER_SESSION_TIMEOUT": "6", "BROKER_HEARTBEAT_INTERVAL": "1"}
+# A SIGKILLed member leaves the group after 6 s (the broker's minimum session timeout)
+# instead of the worker's default 10 s.
+FAST_GROUP_ENV = {"PRISM_CONSUMER_SESSION_TIMEOUT_SECONDS": "6"}
 CHAOS: dict[str, Any] = dict(
     duplicates=0.05,
     reorder_window=3,

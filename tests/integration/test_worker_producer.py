@@ -1,5 +1,9 @@
-"""The worker's ``RecordProducer`` against the real broker: every record lands, in order per
-partition, on the partition it names or the one its key chooses as a Java client would."""
+"""The worker's slot transactions against the real broker (``_checkpoint.Transactions``).
+
+Every record of a committed transaction lands, in order per partition, on the partition
+it names or the one its key chooses as a Java client would, and the group's offsets
+carry the commit's metadata; a producer fenced by a newer one of its slot commits nothing
+that a read-committed reader sees, offsets included."""
 
 from __future__ import annotations
 
@@ -9,7 +13,8 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from prism.pipeline.worker._produce import ProducedRecord, RecordProducer
+from prism.pipeline.worker._checkpoint import Fenced, SlotCommit, Transactions
+from prism.pipeline.worker._produce import ProducedRecord
 
 pytestmark = pytest.mark.integration
 
@@ -74,15 +79,20 @@ def test_records_land_in_order_on_their_partitions(kafka_bootstrap: str, topic_p
             await admin.create_topics([NewTopic(topic, 3, 1)])
         finally:
             await admin.close()
-        producer = RecordProducer({"bootstrap_servers": kafka_bootstrap})
+        txns = Transactions(f"{topic_prefix}-g", {"bootstrap_servers": kafka_bootstrap})
         try:
-            await producer.send_all(records)
+            await txns.open("0")
+            offsets = {TopicPartition(topic, 1): 7}
+            await txns.commit("0", SlotCommit(records, offsets), "worker-a:1")
         finally:
-            await producer.close()
+            await txns.close_all()
+        committed = await _committed(kafka_bootstrap, f"{topic_prefix}-g", topic)
+        assert committed == {1: (7, "worker-a:1")}
         consumer = AIOKafkaConsumer(
             bootstrap_servers=kafka_bootstrap,
             auto_offset_reset="earliest",
             enable_auto_commit=False,
+            isolation_level="read_committed",
         )
         await consumer.start()
         try:
@@ -105,3 +115,61 @@ def test_records_land_in_order_on_their_partitions(kafka_bootstrap: str, topic_p
         expected[p].append((r.key, r.value, list(r.headers)))
     assert len({_java_partition(k, 3) for k in KEYS}) > 1  # the keys spread: the test can fail
     assert got == expected
+
+
+async def _committed(bootstrap: str, group: str, topic: str) -> dict[int, tuple[int, str]]:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        found = await admin.list_consumer_group_offsets(group)
+        return {tp.partition: (om.offset, om.metadata) for tp, om in found.items()
+                if tp.topic == topic}  # fmt: skip
+    finally:
+        await admin.close()
+
+
+def test_a_fenced_slot_commits_nothing(kafka_bootstrap: str, topic_prefix: str) -> None:
+    topic = f"{topic_prefix}.fenced"
+    group = f"{topic_prefix}-g"
+    tp = TopicPartition(topic, 0)
+
+    async def scenario() -> list[bytes | None]:
+        admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+        await admin.start()
+        try:
+            await admin.create_topics([NewTopic(topic, 1, 1)])
+        finally:
+            await admin.close()
+        zombie = Transactions(group, {"bootstrap_servers": kafka_bootstrap})
+        owner = Transactions(group, {"bootstrap_servers": kafka_bootstrap})
+        try:
+            await zombie.open("3")
+            await zombie.commit("3", SlotCommit([ProducedRecord(topic, b"k", b"old", 0)],
+                                                {tp: 1}), "zombie:1")  # fmt: skip
+            await owner.open("3")  # the group gave slot 3 to another process
+            with pytest.raises(Fenced, match="slot 3"):
+                await zombie.commit("3", SlotCommit([ProducedRecord(topic, b"k", b"stale", 0)],
+                                                    {tp: 9}), "zombie:2")  # fmt: skip
+            assert "3" not in zombie.producers  # closed: it may not try again
+            await owner.commit("3", SlotCommit([ProducedRecord(topic, b"k", b"new", 0)],
+                                               {tp: 2}), "owner:1")  # fmt: skip
+        finally:
+            await zombie.close_all()
+            await owner.close_all()
+        assert await _committed(kafka_bootstrap, group, topic) == {0: (2, "owner:1")}
+        consumer = AIOKafkaConsumer(bootstrap_servers=kafka_bootstrap, enable_auto_commit=False,
+                                    isolation_level="read_committed")  # fmt: skip
+        await consumer.start()
+        try:
+            consumer.assign([tp])
+            await consumer.seek_to_beginning(tp)
+            end = (await consumer.end_offsets([tp]))[tp]
+            values: list[bytes | None] = []
+            while await consumer.position(tp) < end:
+                for recs in (await consumer.getmany(tp, timeout_ms=5000)).values():
+                    values += [r.value for r in recs]
+            return values
+        finally:
+            await consumer.stop()
+
+    assert asyncio.run(scenario()) == [b"old", b"new"]

@@ -1,8 +1,9 @@
-"""The worker's guard against offsets faust skips: ``ReadBack.fill`` on the real broker.
+"""``ReadBack.read`` on the real broker: the offsets asked for, in order, read committed.
 
-faust can drop records it fetched when a rebalance suspends the flow and then deliver a
-partition from a later offset. ``fill`` finds the missing offsets from the worker's own
-position (or the group's committed offset, or the log's start) and reads them back.
+The worker reads offsets back when a fetch begins past its position, or when the
+consumer's position has stayed past it (``_watch``). On the input topic every offset is a
+record; on a topic written in transactions some offsets are markers or aborted records,
+which a read-committed read-back must skip rather than wait for.
 """
 
 from __future__ import annotations
@@ -13,62 +14,72 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from prism.pipeline.core import InRecord
 from prism.pipeline.worker._offsets import ReadBack
 
 pytestmark = pytest.mark.integration
 
 
-async def _topic_with(bootstrap: str, topic: str, count: int) -> None:
+async def _topic(bootstrap: str, topic: str) -> None:
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
         await admin.create_topics([NewTopic(topic, num_partitions=2, replication_factor=1)])
     finally:
         await admin.close()
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True)
-    await producer.start()
-    try:
-        for i in range(count):
-            await producer.send(topic, f"r{i}".encode(), key=b"k", partition=1)
-        await producer.flush()
-    finally:
-        await producer.stop()
 
 
-def _delivered(topic: str, offsets: range) -> list[InRecord]:
-    return [InRecord(f"r{o}".encode(), topic, 1, o, b"k", None) for o in offsets]
-
-
-def test_fill_reads_back_what_the_consumer_skipped(kafka_bootstrap: str, topic_prefix: str) -> None:
+def test_read_back_returns_the_ranges_asked_for(kafka_bootstrap: str, topic_prefix: str) -> None:
     topic = f"{topic_prefix}.read-back"
 
     async def scenario() -> None:
-        await _topic_with(kafka_bootstrap, topic, 50)
+        await _topic(kafka_bootstrap, topic)
+        producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, enable_idempotence=True)
+        await producer.start()
+        try:
+            for i in range(50):
+                await producer.send(topic, f"r{i}".encode(), key=b"k", partition=1)
+            await producer.flush()
+        finally:
+            await producer.stop()
         rb = ReadBack(topic, {"bootstrap_servers": kafka_bootstrap})
         try:
-            assert await rb.log_start(1) == 0
-
-            # A fresh partition, nothing committed: faust delivers from 30 on.
-            recs, gaps = await rb.fill(1, None, None, _delivered(topic, range(30, 50)))
-            assert gaps == [(0, 30)]
-            assert [r.offset for r in recs] == list(range(50))
+            recs = await rb.read(1, [(0, 3), (40, 50)])
+            assert [r.offset for r in recs] == [0, 1, 2, *range(40, 50)]
             assert [r.value for r in recs[:3]] == [b"r0", b"r1", b"r2"]
+            assert {(r.source, r.partition, r.key) for r in recs} == {(topic, 1, b"k")}
+            assert await rb.read(1, [(10, 10)]) == []  # an empty range reads nothing
+        finally:
+            await rb.close()
 
-            # Committed 20, no state: only 20..29 are missing.
-            recs, gaps = await rb.fill(1, None, 20, _delivered(topic, range(30, 50)))
-            assert gaps == [(20, 30)] and [r.offset for r in recs] == list(range(20, 50))
+    asyncio.run(scenario())
 
-            # The worker's position wins over the committed offset; holes inside the batch.
-            batch = _delivered(topic, range(45, 50)) + _delivered(topic, range(42, 43))
-            recs, gaps = await rb.fill(1, 40, 10, batch)
-            assert gaps == [(40, 42), (43, 45)]
-            assert [r.offset for r in recs] == list(range(40, 50))
 
-            # Nothing missing: the batch as delivered, nothing read.
-            delivered = _delivered(topic, range(10, 20))
-            recs, gaps = await rb.fill(1, 10, 5, delivered)
-            assert gaps == [] and recs == delivered
+def test_read_back_skips_markers_and_aborted_records(
+    kafka_bootstrap: str, topic_prefix: str
+) -> None:
+    topic = f"{topic_prefix}.read-back-txn"
+
+    async def scenario() -> None:
+        await _topic(kafka_bootstrap, topic)
+        producer = AIOKafkaProducer(
+            bootstrap_servers=kafka_bootstrap, transactional_id=f"{topic_prefix}-rb"
+        )
+        await producer.start()
+        try:
+            async with producer.transaction():
+                await producer.send(topic, b"kept-1", partition=0)
+            await producer.begin_transaction()
+            await producer.send(topic, b"aborted", partition=0)
+            await producer.abort_transaction()
+            async with producer.transaction():
+                await producer.send(topic, b"kept-2", partition=0)
+        finally:
+            await producer.stop()
+        # offsets: 0 kept-1, 1 commit marker, 2 aborted, 3 abort marker, 4 kept-2, 5 marker
+        rb = ReadBack(topic, {"bootstrap_servers": kafka_bootstrap})
+        try:
+            recs = await rb.read(0, [(0, 6)])
+            assert [(r.offset, r.value) for r in recs] == [(0, b"kept-1"), (4, b"kept-2")]
         finally:
             await rb.close()
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from prism.devstack import faults as _faults
-from prism.devstack.faults import FaultPlan, FaultSpecError, parse_faults
+from prism.devstack.faults import STALL_SECONDS, FaultPlan, FaultSpecError, parse_faults
 from prism.sinks import FlushResult, SourceRange
 from prism.sinks._errors import is_transient  # the writer's own retry predicate
 
@@ -86,6 +86,8 @@ def test_a_spec_combines_kinds() -> None:
         "drop_fetch:0",
         "drop_fetch:2s",
         "drop_fetch:1@2",
+        "stall_after_insert:0",
+        "stall_after_insert:3s",
     ],
 )
 def test_a_bad_spec_is_refused_with_the_item_named(spec: str) -> None:
@@ -123,6 +125,24 @@ def test_kill_after_insert_fires_once_every_table_of_the_flush_is_stored() -> No
             (2, "runs_store"),
         ]
     ]
+
+
+def test_stall_after_insert_holds_the_first_flush_that_stored_rows_once(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    writer, inner, kills = _rig("stall_after_insert:2")
+    slept: list[float] = []
+    writer._plan.sleep = slept.append
+    writer.flush()
+    inner.tables = ()
+    writer.flush()  # flush 2 stored nothing: no stall yet
+    assert slept == []
+    inner.tables = ("runs_store",)
+    writer.flush()
+    writer.flush()
+    assert slept == [STALL_SECONDS] and kills == []
+    assert inner.stored[-2:] == [(3, "runs_store"), (4, "runs_store")]  # inserted first
+    assert capfd.readouterr().err.startswith("prism-fault: stall_after_insert: flush 3 stored")
 
 
 def test_kill_after_insert_waits_for_a_flush_that_stored_rows() -> None:

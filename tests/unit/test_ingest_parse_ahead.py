@@ -1,4 +1,4 @@
-"""``ingest_lines`` parses the next batch ahead as the worker does, and the ledger cannot tell.
+"""``ingest_lines`` parses the next batch ahead, and the ledger cannot tell.
 
 The next batch's lines are read before this batch is stepped and parsed in a thread while
 this batch's rows are stored; the step takes each result by the identity of its value and
@@ -128,14 +128,8 @@ def test_the_file_is_read_at_most_one_batch_ahead(
     assert widest[0] == batches_read * size
 
 
-def test_batches_are_the_workers_and_parsed_ahead_as_the_worker_does() -> None:
-    from prism.pipeline import ingest
-    from prism.pipeline.worker import _app
-
+def test_batches_are_the_workers() -> None:
     assert BATCH_SIZE == Settings.model_fields["batch_max_events"].default == 20_000
-    assert (ingest._PARSE_AHEAD_SLICE, ingest._PARSE_AHEAD_PAUSE) == (
-        _app._PARSE_AHEAD_SLICE, _app._PARSE_AHEAD_PAUSE,
-    )  # fmt: skip
     sizes: list[int] = []
     ingest_lines([b"{}"] * 45_000, source="file:f", store=None, config=CONFIG,
                  on_batch=sizes.append, clock=lambda: NOW)  # fmt: skip

@@ -1,4 +1,4 @@
-"""The worker's alerter: decided rows out, its state written only while it holds limit-deaths."""
+"""The worker's alerter: decided rows out, its state as a record for its slot's transaction."""
 
 from __future__ import annotations
 
@@ -14,25 +14,16 @@ from prism.pipeline.worker._alerter import STATE_KEY, AlertDesk
 T0 = datetime(2026, 11, 30, tzinfo=UTC)
 
 
-class _Producer:
-    def __init__(self) -> None:
-        self.sent: list[Any] = []
-
-    async def send_all(self, records: list[Any]) -> None:
-        self.sent += records
-
-
-def _desk(tmp_path: Any, changelog: dict[bytes, bytes]) -> tuple[AlertDesk, _Producer]:
+def _desk(tmp_path: Any, changelog: dict[bytes, bytes]) -> AlertDesk:
     settings = Settings(state_dir=tmp_path, partitions=1, alert_limit_deaths_threshold=2,
                         grace_period_seconds=0.0)  # fmt: skip
-    producer = _Producer()
-    desk = AlertDesk(settings, settings.core_config(), producer)  # type: ignore[arg-type]
+    desk = AlertDesk(settings, settings.core_config())
 
     async def read(partition: int) -> dict[bytes, bytes]:
         return dict(changelog)
 
     desk.reader.read = read  # type: ignore[method-assign]
-    return desk, producer
+    return desk
 
 
 def _values(deaths: int, mark_s: float) -> list[bytes]:
@@ -44,24 +35,28 @@ def _values(deaths: int, mark_s: float) -> list[bytes]:
     return [*values, lane_record(0, LaneReport(mark, None, idle=True), 1.0).value]
 
 
-def test_the_desk_decides_at_the_watermark_and_saves_only_while_it_holds_the_partition(
+def test_the_desk_decides_at_the_watermark_and_its_next_holder_reads_its_state_back(
     tmp_path: Any,
 ) -> None:
     changelog: dict[bytes, bytes] = {}
-    desk, producer = _desk(tmp_path, changelog)
+    desk = _desk(tmp_path, changelog)
 
     async def go() -> None:
+        assert desk.state_record() is None  # nothing stepped: nothing to write
         out = await desk.step(_values(2, 10), 0, 2)
         assert [r.state for r in out.ledger.alerts] == ["firing"]
         assert out.ranges == [(desk.topic, 0, 0, 2)] and len(out.alerts) == 1
-        await desk.save(still_held=True)
-        (state,) = producer.sent
+        state = desk.state_record()
+        assert state is not None
         assert (state.topic, state.key, state.partition) == (desk.changelog, STATE_KEY, 0)
-        changelog[STATE_KEY] = state.value
-        await desk.save(still_held=False)  # reassigned: nothing written, the copy forgotten
-        assert len(producer.sent) == 1 and desk.alerter is None
+        changelog[STATE_KEY] = state.value or b""  # the transaction committed it
+        desk.forget()  # fenced or reassigned: the copy in memory is gone
+        assert desk.alerter is None and desk.state_record() is None
         # the next holder reads the state back: the firing is not decided twice
-        again, _ = _desk(tmp_path, changelog)
+        again = _desk(tmp_path, changelog)
         assert (await again.step(_values(2, 10), 0, 2)).ledger.alerts == []
+        # without the state, the same deaths fire again: the state is what prevents it
+        fresh = _desk(tmp_path, {})
+        assert len((await fresh.step(_values(2, 10), 0, 2)).ledger.alerts) == 1
 
     asyncio.run(go())

@@ -1,10 +1,9 @@
-"""The worker's start-up: the GIL switch interval it runs faust's Worker under."""
+"""The worker's start-up: the GIL switch interval it runs its loop under."""
 
 from __future__ import annotations
 
 import math
 import sys
-from typing import Any
 
 import pytest
 from pydantic import ValidationError
@@ -33,30 +32,24 @@ def test_an_out_of_range_switch_interval_is_refused_by_name(bad: float) -> None:
         Settings(gil_switch_interval_seconds=bad)
 
 
-def test_run_worker_runs_faust_under_the_configured_interval(
+def test_run_worker_runs_the_loop_under_the_configured_interval(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import faust
-
     from prism.pipeline import topics
 
     seen: list[float] = []
 
-    class FakeWorker:
-        def __init__(self, app: Any, **kwargs: Any) -> None:
-            self.app = app
+    class FakePipelineWorker:
+        telemetry = None
 
-        def execute_from_commandline(self) -> None:
+        async def run(self) -> None:
             seen.append(sys.getswitchinterval())
 
-    class FakePipelineWorker:
-        app = object()
-        telemetry = None
+        def stop(self) -> None: ...
 
     async def no_topics(settings: Settings) -> list[str]:
         return []
 
-    monkeypatch.setattr(faust, "Worker", FakeWorker)
     monkeypatch.setattr(topics, "ensure_topics", no_topics)
 
     async def counts_agree(settings: Settings) -> None:

@@ -1,0 +1,223 @@
+"""The commit sequence of a batch: ledger first, then one Kafka transaction per slot.
+
+A *slot* is partition ``p`` of the input, channel-operation and repartition topics, which
+the group assigns together (``_consumer``); the alerter's partition of ``limit-deaths`` is
+a slot of its own (``ALERTER``). Each slot has its own transactional producer, with a
+``transactional.id`` made of the group and the slot, so whichever process the group
+hands the slot to next fences this one by Kafka's producer epoch: its open transaction
+is aborted and its later commits fail (``Fenced``).
+
+The sequence, in the order the worker runs it for every batch and timer tick:
+
+1. **Ledger.** The batch's rows are inserted and ClickHouse has acknowledged them
+   (``core.store_isolating`` with ``LedgerStore``, in the step thread). Inserts carry
+   deduplication tokens made of the source offsets, rows carry versions derived from
+   them, and the tables replace by stable ids: storing the same batch twice changes no
+   count.
+2. **Kafka, per slot (``Checkpoint.commit``).** One transaction carries the slot's
+   outputs (DLQ, quarantine, closed runs, alerts, limit deaths, forwarded copies), its
+   lanes' state writes and position record, its lanes' event-time reports, and the
+   consumer offsets of its partitions, with this process's commit token as the offsets'
+   metadata. Readers read committed: all of it appears at once, or none of it.
+3. **After.** Notifiers get the batch's alert rows (at least once; receivers
+   deduplicate by alert id), stats are counted.
+
+What a crash leaves between the steps, and why it is safe:
+
+- *before 1 ends*: nothing anywhere; the batch is delivered again from the committed
+  offsets to a lane restored from the committed state.
+- *between 1 and 2*: rows in the ledger, nothing in Kafka. The batch is delivered again
+  to the same state, steps to the same rows, and the insert changes nothing (tokens,
+  versions). Re-stepped runs emit the same outputs, once, in step 2.
+- *inside 2*: the open transaction is aborted by the next owner's producer (same
+  ``transactional.id``) or by the broker's transaction timeout; no reader sees it.
+- *a zombie* (a paused process whose slot moved on) that wakes up: its insert lands in
+  its own ledger with versions no newer than the new owner's rows of the same offsets,
+  and its transaction fails ``Fenced``: no state, output or offset of it is visible.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiokafka import TopicPartition
+from aiokafka.partitioner import DefaultPartitioner
+
+from ..retry import retry_transient
+from ._produce import ProducedRecord, send_records
+
+__all__ = ["ALERTER", "Checkpoint", "Fenced", "SlotCommit", "Transactions"]
+
+log = logging.getLogger("prism.worker")
+
+ALERTER = "alerter"  # the slot of the limit-deaths partition
+
+
+class Fenced(Exception):
+    """A newer owner of the slot took over: this process may not write for it."""
+
+
+@dataclass(slots=True)
+class SlotCommit:
+    """What one slot's transaction carries: records, and offsets (next offset to read)."""
+
+    records: list[ProducedRecord] = field(default_factory=list)
+    offsets: dict[TopicPartition, int] = field(default_factory=dict)
+
+
+class Transactions:
+    """One transactional producer per slot this process holds."""
+
+    def __init__(
+        self,
+        group: str,
+        kafka_kwargs: dict[str, Any],
+        *,
+        max_request_size: int = 1_048_576,
+        transaction_timeout_s: float = 60.0,
+    ) -> None:
+        self.group = group
+        self.kwargs = kafka_kwargs
+        self.max_request_size = max_request_size
+        self.transaction_timeout_s = transaction_timeout_s
+        self.producers: dict[str, Any] = {}
+        self._partitioner = DefaultPartitioner()
+
+    def transactional_id(self, slot: str) -> str:
+        return f"{self.group}.{slot}"
+
+    async def open(self, slot: str) -> None:
+        """A new producer for ``slot``; starting it fences every earlier producer of the
+        slot (in this process or another) and aborts its open transaction."""
+        from aiokafka import AIOKafkaProducer
+
+        await self.close(slot)
+
+        async def start() -> Any:
+            producer = AIOKafkaProducer(
+                transactional_id=self.transactional_id(slot),
+                enable_idempotence=True,
+                acks="all",
+                linger_ms=5,
+                max_batch_size=1_048_576,
+                max_request_size=self.max_request_size,
+                transaction_timeout_ms=int(self.transaction_timeout_s * 1000),
+                **self.kwargs,
+            )
+            try:
+                await producer.start()
+            except BaseException:
+                await _stop_quietly(producer)
+                raise
+            return producer
+
+        self.producers[slot] = await retry_transient(
+            start,
+            what=f"opening the transactional producer {self.transactional_id(slot)}",
+            bootstrap=str(self.kwargs.get("bootstrap_servers", "")),
+        )
+
+    async def close(self, slot: str) -> None:
+        producer = self.producers.pop(slot, None)
+        if producer is not None:
+            await _stop_quietly(producer)
+
+    async def close_all(self) -> None:
+        for slot in list(self.producers):
+            await self.close(slot)
+
+    async def commit(self, slot: str, commit: SlotCommit, metadata: str) -> None:
+        """One transaction: ``commit``'s records and offsets (with ``metadata``), or none
+        of them. Transient errors abort and retry the whole transaction; ``Fenced`` when
+        a newer owner holds the slot (the producer is closed then)."""
+        from aiokafka.errors import (
+            IllegalOperation,
+            KafkaError,
+            ProducerFenced,
+            TransactionalIdAuthorizationFailed,
+        )
+
+        producer = self.producers.get(slot)
+        if producer is None:
+            raise Fenced(f"no producer for slot {slot}: it is not held")
+
+        async def once() -> None:
+            await producer.begin_transaction()
+            try:
+                await send_records(producer, commit.records, self._partitioner)
+                if commit.offsets:
+                    offsets = {tp: (o, metadata) for tp, o in commit.offsets.items()}
+                    await producer.send_offsets_to_transaction(offsets, self.group)
+            except BaseException:
+                try:
+                    await producer.abort_transaction()
+                except Exception:  # fenced or broken: the broker aborts it in any case
+                    log.debug("aborting the transaction of %s failed", slot, exc_info=True)
+                raise
+            await producer.commit_transaction()
+
+        try:
+            await retry_transient(
+                once,
+                what=f"committing the transaction of slot {slot}",
+                bootstrap=str(self.kwargs.get("bootstrap_servers", "")),
+                deadline=float("inf"),
+            )
+        except (ProducerFenced, TransactionalIdAuthorizationFailed, IllegalOperation) as exc:
+            await self.close(slot)
+            raise Fenced(f"slot {slot}: {exc}") from exc
+        except KafkaError as exc:
+            if "fenced" in str(exc).lower():
+                await self.close(slot)
+                raise Fenced(f"slot {slot}: {exc}") from exc
+            raise
+
+
+class Checkpoint:
+    """Step 2 of the sequence for every slot of a batch (see the module docstring).
+
+    ``token`` names this process; each slot's commits are numbered, and the offsets'
+    metadata says ``<token>:<n>``, so an owner that gets a slot back can tell whether
+    anyone committed for it in between (``last``)."""
+
+    def __init__(self, transactions: Transactions, token: str) -> None:
+        self.transactions = transactions
+        self.token = token
+        self.last: dict[str, str] = {}  # slot -> metadata of its last commit here
+        self._seq = 0
+        self.fenced_writes = 0
+
+    async def commit(self, commits: Mapping[str, SlotCommit]) -> set[str]:
+        """Commit each slot's transaction (concurrently); the slots found fenced."""
+        slots: Sequence[str] = sorted(commits)
+        results = await asyncio.gather(
+            *(self._one(slot, commits[slot]) for slot in slots), return_exceptions=True
+        )
+        fenced = set()
+        for slot, result in zip(slots, results, strict=True):
+            if isinstance(result, Fenced):
+                self.fenced_writes += 1
+                self.last.pop(slot, None)
+                log.warning("%s; its batch is left to the slot's new owner", result)
+                fenced.add(slot)
+            elif isinstance(result, BaseException):
+                raise result
+        return fenced
+
+    async def _one(self, slot: str, commit: SlotCommit) -> None:
+        self._seq += 1
+        metadata = f"{self.token}:{self._seq}"
+        await self.transactions.commit(slot, commit, metadata)
+        if commit.offsets:
+            self.last[slot] = metadata
+
+
+async def _stop_quietly(producer: Any) -> None:
+    try:
+        await producer.stop()
+    except Exception:  # fenced or the broker is away: nothing more to do
+        log.debug("a transactional producer did not stop cleanly", exc_info=True)

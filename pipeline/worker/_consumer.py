@@ -1,0 +1,265 @@
+"""The worker's one boundary to Kafka's consumer group: ``GroupConsumer``.
+
+The worker joins the group, learns of assignments, fetches, seeks and asks for end
+offsets only through this protocol. It never commits through it: a batch's offsets are
+committed inside that batch's Kafka transaction (``_checkpoint``), beside its outputs and
+its lanes' state. ``KafkaGroupConsumer`` is the implementation, on aiokafka's group
+consumer with public calls only:
+
+- ``isolation_level="read_committed"``: records of an aborted or open transaction (a
+  zombie's forwarded copies, a crashed batch's outputs) are never delivered;
+- the range assignor: partition ``p`` of every subscribed topic with the same partition
+  count goes to one member, so a slot (``p`` of the input, channel-operation and
+  repartition topics) is never split between processes; the worker checks that on every
+  assignment (``check_copartitioned``);
+- auto-commit off, and an explicit session timeout (``Settings.consumer_session_timeout_s``):
+  a paused process loses its partitions after it, and its writes are fenced;
+- ``epoch`` counts the group's callbacks (revocations and assignments), for logs and tests.
+
+Example::
+
+    consumer = KafkaGroupConsumer("prism-pipeline", settings.aiokafka_kwargs())
+    await consumer.start(["prism.agent-events"], handler)   # handler.assigned / .revoked
+    fetched = await consumer.fetch(5000, timeout_s=1.0)     # {tp: records}, in order
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from aiokafka import TopicPartition
+from aiokafka.abc import ConsumerRebalanceListener
+
+from ..core import InRecord
+from ..retry import retry_transient
+from ._records import in_record
+
+__all__ = [
+    "CoPartitioningError",
+    "Fetched",
+    "GroupConsumer",
+    "KafkaGroupConsumer",
+    "RebalanceHandler",
+    "check_copartitioned",
+]
+
+log = logging.getLogger("prism.worker")
+
+
+class CoPartitioningError(RuntimeError):
+    """An assignment split one slot's topics between processes."""
+
+
+class RebalanceHandler(Protocol):
+    """What the worker does when the group takes partitions away or hands them over."""
+
+    async def revoked(self, tps: set[TopicPartition]) -> None: ...
+
+    async def assigned(self, tps: set[TopicPartition]) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Fetched:
+    """Records fetched in assignment ``epoch``, per partition in offset order."""
+
+    epoch: int
+    records: dict[TopicPartition, list[InRecord]] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return sum(map(len, self.records.values()))
+
+
+class GroupConsumer(Protocol):
+    """The consumer-group operations the worker uses, and nothing else."""
+
+    epoch: int
+
+    async def start(self, topics: Collection[str], handler: RebalanceHandler) -> None: ...
+
+    async def fetch(self, max_records: int, timeout_s: float) -> Fetched: ...
+
+    def seek(self, tp: TopicPartition, offset: int) -> None: ...
+
+    def assignment(self) -> set[TopicPartition]: ...
+
+    def highwater(self, tp: TopicPartition) -> int | None: ...
+
+    async def position(self, tp: TopicPartition) -> int | None: ...
+
+    async def end_offsets(self, tps: Collection[TopicPartition]) -> dict[TopicPartition, int]: ...
+
+    async def beginning_offsets(
+        self, tps: Collection[TopicPartition]
+    ) -> dict[TopicPartition, int]: ...
+
+    async def committed(
+        self, tps: Collection[TopicPartition]
+    ) -> dict[TopicPartition, tuple[int, str]]: ...
+
+    async def stop(self) -> None: ...
+
+
+def check_copartitioned(
+    assigned: Iterable[TopicPartition], topics: Collection[str]
+) -> dict[int, set[TopicPartition]]:
+    """The slots of an assignment: partition number -> its partitions of ``topics``.
+
+    Raises ``CoPartitioningError`` naming the slot when this process holds partition ``p``
+    of some of ``topics`` but not of all: its runs would be split between processes."""
+    slots: dict[int, set[TopicPartition]] = {}
+    for tp in assigned:
+        if tp.topic in topics:
+            slots.setdefault(tp.partition, set()).add(tp)
+    for p, tps in sorted(slots.items()):
+        missing = set(topics) - {tp.topic for tp in tps}
+        if missing:
+            raise CoPartitioningError(
+                f"partition {p} of {sorted(t.topic for t in tps)} was assigned without "
+                f"partition {p} of {sorted(missing)}: the group's assignor must be the range "
+                "assignor and the topics must have the same partition count"
+            )
+    return slots
+
+
+class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+    def __init__(self, owner: KafkaGroupConsumer, handler: RebalanceHandler) -> None:
+        self.owner = owner
+        self.handler = handler
+
+    async def on_partitions_revoked(self, revoked: Any) -> None:
+        self.owner.epoch += 1
+        await self.handler.revoked(set(revoked))
+
+    async def on_partitions_assigned(self, assigned: Any) -> None:
+        self.owner.epoch += 1
+        await self.handler.assigned(set(assigned))
+
+
+class KafkaGroupConsumer:
+    """``GroupConsumer`` on aiokafka's ``AIOKafkaConsumer`` (see the module docstring)."""
+
+    def __init__(
+        self,
+        group: str,
+        kafka_kwargs: dict[str, Any],
+        *,
+        session_timeout_s: float = 10.0,
+        max_poll_records: int = 5000,
+        max_partition_fetch_bytes: int = 1_048_576,
+    ) -> None:
+        self.group = group
+        self.kwargs = kafka_kwargs
+        self.session_timeout_s = session_timeout_s
+        self.max_poll_records = max_poll_records
+        self.max_partition_fetch_bytes = max_partition_fetch_bytes
+        self.epoch = 0
+        self._consumer: Any = None
+        self._admin: Any = None
+
+    async def start(self, topics: Collection[str], handler: RebalanceHandler) -> None:
+        from aiokafka import AIOKafkaConsumer
+        from aiokafka.coordinator.assignors.range import RangePartitionAssignor
+
+        session_ms = int(self.session_timeout_s * 1000)
+        consumer = AIOKafkaConsumer(
+            group_id=self.group,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            isolation_level="read_committed",
+            partition_assignment_strategy=(RangePartitionAssignor,),
+            session_timeout_ms=session_ms,
+            heartbeat_interval_ms=max(100, session_ms // 3),
+            rebalance_timeout_ms=max(60_000, session_ms),
+            max_poll_interval_ms=300_000,
+            max_poll_records=self.max_poll_records,
+            max_partition_fetch_bytes=self.max_partition_fetch_bytes,
+            **self.kwargs,
+        )
+        await retry_transient(
+            consumer.start,
+            what=f"starting the consumer of group {self.group}",
+            bootstrap=str(self.kwargs.get("bootstrap_servers", "")),
+        )
+        consumer.subscribe(topics=list(topics), listener=_Listener(self, handler))
+        self._consumer = consumer
+
+    async def fetch(self, max_records: int, timeout_s: float) -> Fetched:
+        epoch = self.epoch
+        batch = await self._consumer.getmany(
+            timeout_ms=int(timeout_s * 1000), max_records=max_records
+        )
+        return Fetched(
+            epoch, {tp: [in_record(r) for r in recs] for tp, recs in batch.items() if recs}
+        )
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        self._consumer.seek(tp, offset)
+
+    def assignment(self) -> set[TopicPartition]:
+        if self._consumer is None:
+            return set()
+        return set(self._consumer.assignment())
+
+    def highwater(self, tp: TopicPartition) -> int | None:
+        """The end offset as the last fetch of ``tp`` saw it (a cached figure)."""
+        try:
+            end = self._consumer.highwater(tp)
+        except Exception:  # not assigned (any more)
+            return None
+        return None if end is None else int(end)
+
+    async def position(self, tp: TopicPartition) -> int | None:
+        """The offset of the next record the consumer will hand out for ``tp``."""
+        try:
+            async with asyncio.timeout(2.0):  # a position still being reset is not known yet
+                return int(await self._consumer.position(tp))
+        except Exception:  # not assigned (any more), or no position yet
+            return None
+
+    async def end_offsets(self, tps: Collection[TopicPartition]) -> dict[TopicPartition, int]:
+        """End offsets from a real offsets request (the last stable offset: read_committed)."""
+        if not tps:
+            return {}
+        ends = await self._consumer.end_offsets(list(tps))
+        return {tp: int(o) for tp, o in ends.items()}
+
+    async def beginning_offsets(self, tps: Collection[TopicPartition]) -> dict[TopicPartition, int]:
+        """The first offset still in each partition's log."""
+        if not tps:
+            return {}
+        starts = await self._consumer.beginning_offsets(list(tps))
+        return {tp: int(o) for tp, o in starts.items()}
+
+    async def committed(
+        self, tps: Collection[TopicPartition]
+    ) -> dict[TopicPartition, tuple[int, str]]:
+        """The group's committed offset and metadata of each of ``tps`` that has one."""
+        if not tps:
+            return {}
+        if self._admin is None:
+            from aiokafka.admin import AIOKafkaAdminClient
+
+            admin = AIOKafkaAdminClient(**self.kwargs)
+            await admin.start()
+            self._admin = admin
+        found = await self._admin.list_consumer_group_offsets(self.group, partitions=list(tps))
+        return {
+            tp: (int(om.offset), om.metadata or "")
+            for tp, om in found.items()
+            if om is not None and om.offset is not None and om.offset >= 0
+        }
+
+    async def stop(self) -> None:
+        consumer, self._consumer = self._consumer, None
+        admin, self._admin = self._admin, None
+        for client, what in ((consumer, "consumer"), (admin, "admin client")):
+            if client is None:
+                continue
+            try:
+                await client.stop() if what == "consumer" else await client.close()
+            except Exception:  # stopping after a broker error: nothing more to do
+                log.debug("the group %s did not stop cleanly", what, exc_info=True)

@@ -1,0 +1,185 @@
+"""What a worker learns from its partitions' positions and ends, between batches.
+
+``PartitionWatch`` compares each held partition's position (the next offset the worker
+will step, ``_slots.Slot.positions``) with the consumer's position and the partition's
+end offset, and turns that into:
+
+- **read-backs** of offsets the consumer handed out that were never stepped: at the start
+  of a fetch (``fill``) or, when no later record shows the gap, after the consumer's
+  position has stayed past the worker's for ``Settings.undelivered_read_back_seconds``
+  (``undelivered``). Input topics only: their offsets are all records;
+- **positions moved past transaction markers** on the repartition topics
+  (``past_markers``): every record handed out is stepped, so a consumer position further
+  on means markers or aborted copies in between;
+- **lane reports** for the alerter and the shared watermark (``reports``, rule 16): idle
+  once every partition of the lane is at its end, quiet once idle for the allowed lateness
+  in processing time; a report is sent when it changes or every ``REPORT_HEARTBEAT_S``;
+- **progress rows** (``progress``): each held input partition's position and end, once per
+  ``Settings.progress_interval_seconds``, for the Pipeline dashboard's lag panel.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Mapping
+from datetime import UTC, datetime
+
+from aiokafka import TopicPartition
+
+from prism.schemas import ProgressRow
+
+from ..core import InRecord, Intake, LaneReport
+from ..settings import Settings
+from ._consumer import GroupConsumer
+from ._marks import REPORT_HEARTBEAT_S
+from ._offsets import ReadBack
+from ._slots import Slots, slot_of
+
+__all__ = ["PartitionWatch"]
+
+log = logging.getLogger("prism.worker")
+
+
+class PartitionWatch:
+    """See the module docstring; ``stats`` counts the offsets read back."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        slots: Slots,
+        consumer: GroupConsumer,
+        intake: Intake,
+        stats: Counter[str],
+        worker_id: str,
+    ) -> None:
+        self.settings = settings
+        self.topics = settings.topics
+        self.slots = slots
+        self.consumer = consumer
+        self.intake = intake
+        self.stats = stats
+        self.worker_id = worker_id
+        kw = settings.aiokafka_kwargs()
+        self.readers = {topic: ReadBack(topic, kw) for topic in self.topics.slot_topics}
+        self._reported: dict[int, tuple[LaneReport, float]] = {}  # lane -> last sent, when
+        self._idle_since: dict[int, float] = {}  # lane -> processing time it went idle
+        self._undelivered: dict[TopicPartition, tuple[tuple[int, int], float]] = {}
+        self._progress_at = 0.0
+
+    # -- read-backs -----------------------------------------------------------------------
+    async def fill(self, tp: TopicPartition, start: int, end: int) -> list[InRecord]:
+        """Offsets ``start..end-1`` of ``tp``, read back: handed out and never stepped."""
+        recs = await self.readers[tp.topic].read(tp.partition, [(start, end)])
+        self.stats["offsets_read_back"] += len(recs)
+        log.warning("%s[%d]: the consumer skipped offsets %d..%d; read back %d record(s)",
+                    tp.topic, tp.partition, start, end - 1, len(recs))  # fmt: skip
+        return recs
+
+    async def undelivered(self) -> dict[TopicPartition, list[InRecord]]:
+        """The records of held input partitions whose consumer position has stayed past
+        the worker's for ``Settings.undelivered_read_back_seconds``, read back."""
+        wait = self.settings.undelivered_read_back_seconds
+        if not wait:
+            return {}
+        now, behind = time.monotonic(), {}
+        for p, slot in self.slots.held.items():
+            for tp in self.slots.tps(p):
+                if self.slots.forwarded(tp):
+                    continue  # gaps there are transaction markers (``past_markers``)
+                pos = slot.positions.get(tp)
+                fetched = await self.consumer.position(tp)
+                if pos is not None and fetched is not None and fetched > pos:
+                    behind[tp] = (pos, fetched)
+        seen = self._undelivered  # tp -> (its gap, since when it has been there)
+        self._undelivered = {tp: seen[tp] if tp in seen and seen[tp][0] == span else (span, now)
+                             for tp, span in behind.items()}  # fmt: skip
+        due = {tp: span for tp, span in behind.items() if now - self._undelivered[tp][1] >= wait}
+        records: dict[TopicPartition, list[InRecord]] = {}
+        for tp, (pos, end) in sorted(due.items()):
+            recs = await self.readers[tp.topic].read(tp.partition, [(pos, end)])
+            log.warning("%s[%d]: offsets %d..%d were not delivered in %.0fs; read back %d "
+                        "record(s)", tp.topic, tp.partition, pos, end - 1,
+                        now - self._undelivered[tp][1], len(recs))  # fmt: skip
+            self.stats["offsets_read_undelivered"] += len(recs)
+            records[tp] = recs
+        if records:
+            self._undelivered.clear()
+        return records
+
+    async def past_markers(self) -> set[int]:
+        """Move each held repartition partition's position to the consumer's when that is
+        further (see the module docstring); the slots whose positions moved."""
+        moved = set()
+        for p, slot in self.slots.held.items():
+            for tp in self.slots.tps(p):
+                if not self.slots.forwarded(tp):
+                    continue
+                fetched = await self.consumer.position(tp)
+                if fetched is not None and fetched > slot.positions.get(tp, 0):
+                    slot.positions[tp] = fetched
+                    moved.add(p)
+        return moved
+
+    # -- reports --------------------------------------------------------------------------
+    def reports(
+        self, now: float, ends: Mapping[TopicPartition, int] | None
+    ) -> dict[int, LaneReport]:
+        """The event-time report of each held lane that changed since it was last sent
+        (or is due again): idle once its partitions' positions reached their ends (from
+        a real offsets request, ``ends``; without one, as the last fetch saw them), quiet
+        once idle for the allowed lateness in processing time (rule 16)."""
+        lateness = self.intake.config.lateness_s
+        changed: dict[int, LaneReport] = {}
+        for p, slot in sorted(self.slots.held.items()):
+            for lane in slot.lanes:
+                if not self.intake.lane(lane):
+                    continue
+                idle = True
+                for tp in self.slots.tps(p):
+                    if self.slots.lane_of(tp) != lane:
+                        continue
+                    end = ends.get(tp) if ends is not None else self.consumer.highwater(tp)
+                    idle = idle and end is not None and end <= slot.positions.get(tp, 0)
+                since = self._idle_since.setdefault(lane, now) if idle else now
+                if not idle:
+                    self._idle_since.pop(lane, None)
+                quiet = idle and now - since >= lateness
+                report = self.intake.lane_report(lane, idle=idle, quiet=quiet)
+                last, at = self._reported.get(lane, (None, 0.0))
+                if last != report or now - at >= REPORT_HEARTBEAT_S:
+                    changed[lane] = report
+        return changed
+
+    def sent(self, reports: Mapping[int, LaneReport], now: float, fenced: set[int]) -> None:
+        """``reports`` were committed at ``now``, but those of the ``fenced`` slots."""
+        for lane, report in reports.items():
+            if slot_of(lane) not in fenced:
+                self._reported[lane] = (report, now)
+
+    def progress(
+        self, now: float, ends: Mapping[TopicPartition, int], last_batch_at: float | None
+    ) -> list[ProgressRow]:
+        """Each held input partition's position, once per ``progress_interval_seconds``."""
+        interval = self.settings.progress_interval_seconds
+        if not interval or now - self._progress_at < interval:
+            return []
+        self._progress_at = now
+        rows = []
+        for p, slot in sorted(self.slots.held.items()):
+            for topic in (self.topics.input, self.topics.channel_operations):
+                tp = TopicPartition(topic, p)
+                if tp not in ends:
+                    continue
+                done = slot.positions.get(tp, 0)
+                rows.append(ProgressRow(
+                    datetime.fromtimestamp(now, UTC), self.worker_id, topic, p, done,
+                    ends[tp], max(0, ends[tp] - done),
+                    datetime.fromtimestamp(last_batch_at, UTC) if last_batch_at else None,
+                ))  # fmt: skip
+        return rows
+
+    async def close(self) -> None:
+        for reader in self.readers.values():
+            await reader.close()

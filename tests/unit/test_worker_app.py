@@ -1,0 +1,371 @@
+"""The worker's commit sequence, slots and fencing, driven without a broker.
+
+The group consumer and the transactional producers are fakes with the worker's own
+interfaces (``GroupConsumer``, ``Transactions``); the fake transactions keep what was
+committed the way Kafka would (state topic partitions as compacted maps, the group's
+committed offsets with their metadata), so a slot restored by another worker reads what
+this one committed. Everything lands on one timeline, so the assertions are about what
+happened in which order:
+
+- a batch's transaction (outputs, state, slot position, offsets) comes after its rows
+  are in the ledger;
+- a fenced transaction drops the slot and its lanes; nothing of it is visible;
+- a slot kept through a rebalance is not read back unless someone committed for it since;
+- records below a slot's position are skipped, and a fetch that begins past it is
+  completed by a read-back before it is stepped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Collection
+from typing import Any
+
+import orjson
+import pytest
+from aiokafka import TopicPartition
+
+from prism.pipeline.core import InRecord, home_partition
+from prism.pipeline.settings import Settings
+from prism.pipeline.worker._app import PipelineWorker
+from prism.pipeline.worker._checkpoint import Fenced, SlotCommit
+from prism.pipeline.worker._consumer import CoPartitioningError, check_copartitioned
+from prism.pipeline.worker._slotstate import KEY, SlotState
+from prism.runtime.simulator import FleetConfig, simulate
+
+
+class _Broker:
+    """What Kafka keeps: compacted state partitions and the group's committed offsets."""
+
+    def __init__(self) -> None:
+        self.state: dict[tuple[str, int], dict[bytes, bytes]] = {}
+        self.committed: dict[TopicPartition, tuple[int, str]] = {}
+        self.steps: list[tuple[str, Any]] = []
+        self.owner: dict[str, object] = {}  # slot -> the Transactions that opened it last
+
+
+class _Transactions:
+    def __init__(self, broker: _Broker) -> None:
+        self.broker = broker
+        self.producers: dict[str, object] = {}
+
+    async def open(self, slot: str) -> None:
+        self.producers[slot] = object()
+        self.broker.owner[slot] = self  # fences every earlier producer of the slot
+
+    async def close(self, slot: str) -> None:
+        self.producers.pop(slot, None)
+
+    async def close_all(self) -> None:
+        self.producers.clear()
+
+    async def commit(self, slot: str, commit: SlotCommit, metadata: str) -> None:
+        if self.broker.owner.get(slot) is not self or slot not in self.producers:
+            raise Fenced(f"slot {slot}: fenced")
+        await asyncio.sleep(0)
+        self.broker.steps.append(("txn", (slot, commit)))
+        for r in commit.records:
+            if r.topic.endswith("-changelog"):
+                part = self.broker.state.setdefault((r.topic, r.partition or 0), {})
+                if r.value is None:
+                    part.pop(r.key or b"", None)
+                else:
+                    part[r.key or b""] = r.value
+        for tp, offset in commit.offsets.items():
+            self.broker.committed[tp] = (offset, metadata)
+
+
+class _Consumer:
+    def __init__(self, broker: _Broker) -> None:
+        self.broker = broker
+        self.epoch = 0
+        self.sought: dict[TopicPartition, int] = {}
+        self.ends: dict[TopicPartition, int] = {}
+
+    async def start(self, topics: Collection[str], handler: Any) -> None: ...
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        self.sought[tp] = offset
+
+    def assignment(self) -> set[TopicPartition]:
+        return set()
+
+    def highwater(self, tp: TopicPartition) -> int | None:
+        return self.ends.get(tp)
+
+    async def position(self, tp: TopicPartition) -> int | None:
+        return None
+
+    async def end_offsets(self, tps: Collection[TopicPartition]) -> dict[TopicPartition, int]:
+        return {tp: self.ends.get(tp, 0) for tp in tps}
+
+    async def beginning_offsets(self, tps: Collection[TopicPartition]) -> dict[TopicPartition, int]:
+        return dict.fromkeys(tps, 0)
+
+    async def committed(
+        self, tps: Collection[TopicPartition]
+    ) -> dict[TopicPartition, tuple[int, str]]:
+        return {tp: self.broker.committed[tp] for tp in tps if tp in self.broker.committed}
+
+    async def stop(self) -> None: ...
+
+
+class _Writer:
+    def __init__(self, broker: _Broker) -> None:
+        self.broker = broker
+        self.pending: list[Any] = []
+
+    def add(self, batch: Any, *sources: Any) -> None:
+        self.pending.append((len(batch), sources))
+
+    def flush(self) -> None:
+        for rows, sources in self.pending:
+            self.broker.steps.append(("ledger", (rows, [s.last_offset for s in sources])))
+        self.pending.clear()
+
+    def discard(self) -> int:
+        return 0
+
+
+def _worker(tmp_path: Any, broker: _Broker, name: str = "a", partitions: int = 1) -> PipelineWorker:
+    settings = Settings(
+        state_dir=tmp_path / name,
+        partitions=partitions,
+        progress_interval_seconds=0,
+        undelivered_read_back_seconds=0,
+    )
+    w = PipelineWorker(
+        settings,
+        _Writer(broker),
+        clock=lambda: 1_800_000_000.0,
+        consumer=_Consumer(broker),
+        transactions=_Transactions(broker),  # type: ignore[arg-type]
+    )
+
+    async def read_many(partitions: Any) -> dict[int, dict[bytes, bytes]]:
+        broker.steps.append(("restore", sorted(partitions)))
+        return {p: dict(broker.state.get((w.slots.changelog, p), {})) for p in partitions}
+
+    w.slots.reader.read_many = read_many  # type: ignore[method-assign]
+    return w
+
+
+def _slot(w: PipelineWorker, p: int) -> set[TopicPartition]:
+    return set(w.slots.tps(p))
+
+
+def _records(topic: str, runs: int = 30) -> list[InRecord]:
+    fleet = simulate(FleetConfig(runs=runs, seed=5))
+    return [InRecord(r.value, topic, 0, i, r.key, None) for i, r in enumerate(fleet.records)]
+
+
+def _txns(broker: _Broker) -> list[tuple[str, SlotCommit]]:
+    return [step for kind, step in broker.steps if kind == "txn"]
+
+
+def test_a_batch_commits_its_outputs_state_position_and_offsets_after_the_ledger(
+    tmp_path: Any,
+) -> None:
+    broker = _Broker()
+    w = _worker(tmp_path, broker)
+    recs = _records(w.topics.input)
+    tp = TopicPartition(w.topics.input, 0)
+
+    async def go() -> None:
+        await w.assigned(_slot(w, 0))
+        await w._batch({tp: recs})
+
+    asyncio.run(go())
+    kinds = [kind for kind, _ in broker.steps]
+    assert kinds[:3] == ["restore", "ledger", "txn"]
+    [(slot, commit)] = _txns(broker)
+    assert slot == "0"
+    assert commit.offsets[tp] == len(recs)  # the next offset to read
+    by_topic: dict[str, list[Any]] = {}
+    for r in commit.records:
+        by_topic.setdefault(r.topic, []).append(r)
+    assert by_topic[w.topics.runs_closed], "closed runs travel in the transaction"
+    position = [r for r in by_topic[w.slots.changelog] if r.key == KEY]
+    assert SlotState.from_bytes(position[0].value or b"").positions[tp.topic] == len(recs)
+    assert all(r.partition == 0 for r in by_topic[w.slots.changelog])
+    marks = [orjson.loads(r.value or b"") for r in by_topic[w.topics.lane_marks]]
+    assert [m["lane"] for m in marks] == [0, 1 << 16]  # its agent-event and channel lanes
+    meta = broker.committed[tp][1]
+    assert meta.startswith(w.checkpoint.token) and w.slots.held[0].token == meta
+
+
+def test_records_below_the_position_are_skipped_and_a_gap_is_read_back(tmp_path: Any) -> None:
+    broker = _Broker()
+    w = _worker(tmp_path, broker)
+    recs = _records(w.topics.input)
+    tp = TopicPartition(w.topics.input, 0)
+    read: list[tuple[int, int]] = []
+
+    async def read_back(partition: int, ranges: list[tuple[int, int]]) -> list[InRecord]:
+        read.extend(ranges)
+        return [r for r in recs if any(a <= r.offset < b for a, b in ranges)]
+
+    w.watch.readers[tp.topic].read = read_back  # type: ignore[method-assign]
+
+    async def go() -> None:
+        await w.assigned(_slot(w, 0))
+        await w._batch({tp: recs[:20]})
+        await w._batch({tp: recs[10:15] + recs[30:40]})  # a re-delivery, then a jump
+
+    asyncio.run(go())
+    assert read == [(20, 30)]
+    assert w.slots.held[0].positions[tp] == 40
+    stepped = [r for kind, r in broker.steps if kind == "ledger"]
+    assert stepped, "both batches reached the ledger"
+    assert w.stats["offsets_read_back"] == 10
+
+
+def test_a_fenced_slot_is_dropped_and_its_next_owner_restores_what_was_committed(
+    tmp_path: Any,
+) -> None:
+    broker = _Broker()
+    a, b = _worker(tmp_path, broker, "a"), _worker(tmp_path, broker, "b")
+    recs = _records(a.topics.input)
+    tp = TopicPartition(a.topics.input, 0)
+
+    async def go() -> None:
+        await a.assigned(_slot(a, 0))
+        await a._batch({tp: recs[:40]})
+        await b.assigned(_slot(b, 0))  # a paused past its session: b took slot 0 over
+        await a._batch({tp: recs[40:]})  # the zombie wakes up
+
+    asyncio.run(go())
+    assert a.checkpoint.fenced_writes == 1
+    assert 0 not in a.slots.held and not a.intake.lane(0)
+    assert [s for s, _ in _txns(broker)] == ["0"]  # only the first batch's transaction
+    assert broker.committed[tp][0] == 40
+    assert b.slots.held[0].positions[tp] == 40  # restored from a's committed position
+    assert b.intake.lane(0), "b restored slot 0's runs from the state a committed"
+
+
+def test_a_slot_fenced_but_still_assigned_is_taken_back_after_the_wait(tmp_path: Any) -> None:
+    """A transaction that outlived the broker's transaction timeout fences its producer
+    without a rebalance: the slot must not stay unread for good."""
+    broker = _Broker()
+    w = _worker(tmp_path, broker)
+    recs = _records(w.topics.input)
+    tp = TopicPartition(w.topics.input, 0)
+
+    async def go() -> tuple[list[int], list[int]]:
+        await w.assigned(_slot(w, 0))
+        await w._batch({tp: recs[:20]})
+        broker.owner["0"] = object()  # the coordinator bumped the epoch: fenced
+        await w._batch({tp: recs[20:]})
+        assert 0 not in w.slots.held
+        early = await w.slots.reclaim(_slot(w, 0), after_s=60.0)
+        late = await w.slots.reclaim(_slot(w, 0), after_s=0.0)
+        return early, late
+
+    early, late = asyncio.run(go())
+    assert (early, late) == ([], [0])  # not before the wait; then taken back
+    assert w.slots.held[0].positions[tp] == 20  # restored from the last commit
+    assert w.consumer.sought[tp] == 20  # type: ignore[attr-defined]
+    assert w.checkpoint.fenced_writes == 1 and not w.slots.fenced_at
+
+
+def test_a_slot_kept_through_a_rebalance_is_read_back_only_if_someone_committed_since(
+    tmp_path: Any,
+) -> None:
+    broker = _Broker()
+    a, b = _worker(tmp_path, broker, "a"), _worker(tmp_path, broker, "b")
+    recs = _records(a.topics.input)
+    tp = TopicPartition(a.topics.input, 0)
+
+    async def go() -> list[str]:
+        await a.assigned(_slot(a, 0))
+        await a._batch({tp: recs[:20]})
+        await a.revoked(_slot(a, 0))
+        await a.assigned(_slot(a, 0))  # the same slot back: kept, nothing read
+        restores = [str(s) for k, s in broker.steps if k == "restore"]
+        await a.revoked(_slot(a, 0))
+        await b.assigned(_slot(b, 0))
+        await b._batch({tp: recs[20:30]})
+        await b.revoked(_slot(b, 0))
+        await a.assigned(_slot(a, 0))  # back to a, but b committed in between
+        return restores
+
+    restores_before = asyncio.run(go())
+    assert restores_before == ["[0]"]
+    assert a.slots.kept == 1
+    restores = [s for k, s in broker.steps if k == "restore"]
+    assert len(restores) == 3  # a's first, b's, a's second (b committed for it)
+    assert a.slots.held[0].positions[tp] == 30
+    assert a.consumer.sought[tp] == 30  # type: ignore[attr-defined]
+
+
+def test_an_event_that_would_outgrow_a_changelog_record_is_dead_lettered(tmp_path: Any) -> None:
+    """Rule 15: a run whose state would not fit in one record must not stop the partition."""
+    from tests.fixtures.runs import RunBuilder
+
+    broker = _Broker()
+    w = _worker(tmp_path, broker)
+    b = RunBuilder("big").started()
+    for _ in range(3):  # each under max_event_bytes; their facts together are not
+        b.add("custom.blob", {"notes": "x" * 700_000})
+    b.finished()
+    small = RunBuilder("small").started().finished()
+    values = [orjson.dumps(e) for e in b.events + small.events]
+    recs = [InRecord(v, w.topics.input, 0, i, None, None) for i, v in enumerate(values)]
+    tp = TopicPartition(w.topics.input, 0)
+
+    async def go() -> None:
+        await w.assigned(_slot(w, 0))
+        await w._batch({tp: recs})
+
+    asyncio.run(go())
+    [(_, commit)] = _txns(broker)
+    dlq = [r for r in commit.records if r.topic == w.topics.dlq]
+    assert [r.value for r in dlq] == [values[3]]  # the blob that would take it over the limit
+    headers = dict(dlq[0].headers)
+    assert headers["reason-code"] == b"unstorable"
+    assert b"changelog record" in headers["reason"] and b"'big'" in headers["reason"]
+    state = [r for r in commit.records if r.topic == w.slots.changelog]
+    assert max(len(r.value or b"") for r in state) <= w.settings.max_state_bytes
+    assert commit.offsets[tp] == len(recs)
+
+
+def test_records_off_home_are_forwarded_in_their_source_offsets_transaction(
+    tmp_path: Any,
+) -> None:
+    broker = _Broker()
+    w = _worker(tmp_path, broker, partitions=4)
+    recs = _records(w.topics.input)  # every run's records on partition 0, whatever its home
+    tp = TopicPartition(w.topics.input, 0)
+
+    async def go() -> None:
+        await w.assigned(_slot(w, 0))
+        await w._batch({tp: recs})
+
+    asyncio.run(go())
+    [(slot, commit)] = _txns(broker)
+    assert slot == "0"
+    copies = [r for r in commit.records if r.topic == w.topics.repartition]
+    homes = {home_partition(r.key or b"", 4) for r in copies}
+    assert copies and homes <= {1, 2, 3}, homes  # partition 0's own runs stay
+    assert commit.offsets[tp] == len(recs)  # and the source offsets go with the copies
+    runs_here = {r.key for r in commit.records if r.topic == w.topics.runs_closed}
+    assert runs_here and all(home_partition(k, 4) == 0 for k in runs_here)
+    assert w.slots.forwarded_from[0] == len(copies)
+    assert {dict(r.headers)["source-partition"] for r in copies} == {b"0"}
+
+
+def test_an_assignment_that_splits_a_slot_is_refused() -> None:
+    topics = ("in", "ch", "in.r", "ch.r")
+    whole = {TopicPartition(t, 1) for t in topics}
+    assert check_copartitioned(whole | {TopicPartition("other", 0)}, topics) == {1: whole}
+    with pytest.raises(CoPartitioningError, match=r"partition 2 of \['in'\].*'ch'"):
+        check_copartitioned(whole | {TopicPartition("in", 2)}, topics)
+
+
+def test_the_slot_position_record_is_versioned() -> None:
+    state = SlotState(4, {"in": 10, "in.r": 3})
+    assert SlotState.from_bytes(state.to_bytes()) == state
+    with pytest.raises(ValueError, match="format 7"):
+        SlotState.from_bytes(orjson.dumps({"format": 7, "partitions": 4, "positions": {}}))
+    with pytest.raises(ValueError, match="not JSON"):
+        SlotState.from_bytes(b"{")
