@@ -1,0 +1,404 @@
+"""The budget desk: spend budgets settled at the watermark, a function of the set of rows.
+
+One desk sees every lane's spend rows and reports (the worker routes them through the
+single-partition ``<prefix>.limit-deaths`` topic, as limit deaths reach the one
+``ExhaustionAlerter``). It keeps the latest version of every usage row of the open
+periods, so a re-delivered row or a re-stepped batch changes nothing and a retraction or
+a re-stated owner takes the row's amount out of one scope and puts it into another.
+
+Spend is *settled* up to the pipeline-wide watermark less the allowed lateness (the
+alerter's watermark: the lanes' marks, held back by lanes still reading and by runs
+waiting to close; schemas/CONTRACT.md rule 16) and *provisional* beyond it. A threshold
+fires at the event time of the row that lifts the period's settled spend to it (once per
+scope, threshold and period: ``budget_threshold:<scope id>:<threshold>:<period start>``)
+and resolves when the period ends; both are decided only when the settled time passes
+them, never at arrival. A row (or a change of one) for a time already settled is counted
+``late``: it counts in its own period from the first unsettled instant on, and decided
+alerts are not re-opened. A row older than the period before the settled one is dropped
+uncounted (``dropped``): it can change no alert still to decide.
+
+Example::
+
+    desk = BudgetDesk(read_budgets("budgets.toml"), lateness_s=30, lanes=[0, 1, 2])
+    alerts, states = desk.step(values)   # values of the limit-deaths records
+    # alerts -> the ledger and prism.alerts; states -> prism.budget-state (compacted)
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass, field
+from decimal import Context, Decimal, localcontext
+from typing import Any
+
+import orjson
+
+from prism.pipeline.core import LaneReport, OutRecord
+from prism.schemas import AlertRow
+
+from ._config import Budget, Budgets
+from ._errors import BudgetStateError
+from ._period import period_bounds
+from ._records import budget_alert, money, state_record, state_value
+from ._spend import SpendRow, decode_budget_input
+
+__all__ = ["STATE_FORMAT", "BudgetDesk"]
+
+STATE_FORMAT = 1  # the version of ``BudgetDesk.to_bytes``
+_NEVER = -(1 << 62)
+_EXACT = Context(prec=80)  # sums stay exact, so they do not depend on the order of adding
+
+
+@dataclass(slots=True)
+class _Entry:
+    """One row's part of one budget's period."""
+
+    eff_us: int  # when it counts: its event time, or the first unsettled instant if late
+    amount: Decimal | None  # in the budget's currency
+    unconverted: tuple[str, Decimal] | None
+    at_risk: tuple[int, int] | None  # estimated (input, output) tokens
+    run_id: str
+    model: str | None
+
+
+@dataclass(slots=True)
+class _Period:
+    start_us: int
+    end_us: int
+    entries: dict[str, _Entry] = field(default_factory=dict)
+    pending: dict[str, _Entry] = field(default_factory=dict)  # priced, not yet settled
+    settled: Decimal = Decimal(0)
+    total: Decimal = Decimal(0)
+    unconverted: dict[str, Decimal] = field(default_factory=lambda: defaultdict(Decimal))
+    at_risk: list[int] = field(default_factory=lambda: [0, 0, 0])
+
+
+class BudgetDesk:
+    """Every budget of ``budgets`` over the spend rows and lane reports of all lanes.
+
+    ``observe`` and ``report`` only record; ``decide`` returns the alert rows whose times
+    the settled time passed since the last call; ``states`` the budget-state records.
+    ``step`` does all four for one batch of ``limit-deaths`` values.
+    """
+
+    def __init__(
+        self, budgets: Budgets, lateness_s: float = 0.0, lanes: Iterable[int] | None = None
+    ) -> None:
+        self.budgets: tuple[Budget, ...] = budgets.budgets
+        self.config = budgets
+        self.lateness_us = int(lateness_s * 1_000_000)
+        self.expected: frozenset[int] | None = None if lanes is None else frozenset(lanes)
+        self.rows: dict[str, tuple[SpendRow, int]] = {}  # event id -> (latest row, eff us)
+        self.periods: dict[tuple[int, int], _Period] = {}  # (budget index, start us)
+        # (budget index, period start) -> threshold label -> firing time; resolved periods
+        self.fired: dict[tuple[int, int], dict[str, int]] = {}
+        self.resolved: set[tuple[int, int]] = set()
+        self.lanes: dict[int, LaneReport] = {}
+        self.watermark_us = 0
+        self.decided_us = _NEVER  # spend at or before this is settled
+        self.late = 0
+        self.dropped = 0
+        self._sent: dict[str, bytes] = {}  # scope id -> last state value produced
+
+    def expect(self, lanes: Collection[int]) -> None:
+        """The lanes the watermark waits for (the input's partitions)."""
+        self.expected = frozenset(lanes)
+
+    # -- the worker's entry point ---------------------------------------------------------
+    def step(
+        self, values: Iterable[bytes | None], *, final: bool = False
+    ) -> tuple[list[AlertRow], list[OutRecord]]:
+        """One batch of ``limit-deaths`` values in: the alert rows decided and the
+        budget-state records that changed out."""
+        rows, reports = decode_budget_input(values)
+        self.observe(rows)
+        for lane, report in reports.items():
+            self.report(lane, report)
+        alerts = self.decide(final=final)
+        return alerts, self.states()
+
+    # -- input ----------------------------------------------------------------------------
+    def observe(self, rows: Iterable[SpendRow]) -> None:
+        """Record rows; a row's higher version replaces its earlier one (a lower or equal
+        version is a re-delivery and changes nothing)."""
+        with localcontext(_EXACT):
+            for r in rows:
+                old = self.rows.get(r.event_id)
+                if old is not None and r.version <= old[0].version:
+                    continue
+                if r.ts_us < self._horizon() and old is None:
+                    self.dropped += 1
+                    continue
+                eff = r.ts_us
+                if min(r.ts_us, old[0].ts_us if old else r.ts_us) <= self.decided_us:
+                    if r.kind != "none" or (old is not None and old[0].kind != "none"):
+                        self.late += 1
+                    eff = max(r.ts_us, self.decided_us + 1)
+                if old is not None:
+                    self._remove(old[0])
+                self.rows[r.event_id] = (r, eff)
+                self._add(r, eff)
+
+    def report(self, lane: int, report: LaneReport) -> None:
+        """Record a lane's latest report (it replaces the lane's last one)."""
+        self.lanes[lane] = report
+
+    def _parts(self, r: SpendRow) -> Iterable[tuple[int, Budget, tuple[int, int], _Entry]]:
+        """The row's entry in each budget whose scope holds it."""
+        if r.kind == "none" or r.tenant is None:
+            return
+        owner = r.owner()
+        for i, b in enumerate(self.budgets):
+            if not b.scope.matches(owner):
+                continue
+            amount, unconverted, at_risk = None, None, None
+            if r.kind == "estimated":
+                at_risk = (r.input_tokens, r.output_tokens)
+            elif r.cost is None or r.currency is None:
+                continue  # unpriced: billing shows it without a cost; no spend
+            elif r.currency == b.currency:
+                amount = r.cost
+            elif (rate := self.config.rate(r.currency, b.currency, r.ts_us)) is not None:
+                amount = r.cost * rate
+            else:
+                unconverted = (r.currency, r.cost)
+            span = period_bounds(b.period, b.tz, r.ts_us)
+            yield i, b, span, _Entry(0, amount, unconverted, at_risk, r.run_id, r.model)
+
+    def _add(self, r: SpendRow, eff: int) -> None:
+        for i, _, span, e in self._parts(r):
+            e.eff_us = eff
+            p = self.periods.get((i, span[0]))
+            if p is None:
+                p = self.periods[(i, span[0])] = _Period(*span)
+            p.entries[r.event_id] = e
+            if e.amount is not None:
+                p.total += e.amount
+                if eff <= self.decided_us:
+                    p.settled += e.amount
+                else:
+                    p.pending[r.event_id] = e
+            if e.unconverted is not None:
+                p.unconverted[e.unconverted[0]] += e.unconverted[1]
+            if e.at_risk is not None:
+                p.at_risk[0] += 1
+                p.at_risk[1] += e.at_risk[0]
+                p.at_risk[2] += e.at_risk[1]
+
+    def _remove(self, r: SpendRow) -> None:
+        for i, _, span, _ in self._parts(r):
+            p = self.periods.get((i, span[0]))
+            e = None if p is None else p.entries.pop(r.event_id, None)
+            if p is None or e is None:
+                continue
+            if e.amount is not None:
+                p.total -= e.amount
+                if p.pending.pop(r.event_id, None) is None:
+                    p.settled -= e.amount
+            if e.unconverted is not None:
+                p.unconverted[e.unconverted[0]] -= e.unconverted[1]
+            if e.at_risk is not None:
+                p.at_risk[0] -= 1
+                p.at_risk[1] -= e.at_risk[0]
+                p.at_risk[2] -= e.at_risk[1]
+
+    # -- deciding -------------------------------------------------------------------------
+    def watermark(self) -> int | None:
+        """The pipeline-wide watermark the lanes' reports give (None: not all reported)."""
+        if not self.lanes or (self.expected is not None and not self.expected <= set(self.lanes)):
+            return None
+        reports = [
+            r for lane, r in self.lanes.items() if self.expected is None or lane in self.expected
+        ]
+        top = max(r.mark_us for r in reports)
+        held = [r.mark_us - 1 for r in reports if not r.idle]
+        held += [r.pending_us - 1 for r in reports if r.pending_us is not None]
+        return min(top, *held) if held else top
+
+    def decide(self, *, final: bool = False) -> list[AlertRow]:
+        """The firing and resolved rows at times the settled time (the watermark less the
+        allowed lateness; the watermark itself at ``final`` or when every lane is quiet
+        with no run waiting to close) passed since the last call."""
+        wm = self.watermark()
+        if wm is not None:
+            self.watermark_us = max(self.watermark_us, wm)
+        elif not final:
+            return []
+        reports = self.lanes.values()
+        settled = final or (
+            bool(reports) and all(r.quiet and r.pending_us is None for r in reports)
+        )
+        until = self.watermark_us if settled else self.watermark_us - self.lateness_us
+        if until <= self.decided_us:
+            return []
+        rows: list[AlertRow] = []
+        with localcontext(_EXACT):
+            for key in sorted(self.periods):
+                rows += self._sweep(key, self.periods[key], until)
+            for key in sorted(self.fired):
+                b, (start, end) = self.budgets[key[0]], self._span(key)
+                if end <= until and key not in self.resolved:
+                    self.resolved.add(key)
+                    p = self.periods.get(key)
+                    spent = p.settled if p is not None else Decimal(0)
+                    for label, amount in b.threshold_amounts():
+                        if label in self.fired[key]:
+                            rows.append(
+                                budget_alert(b, label, amount, (start, end), "resolved", end, spent)
+                            )
+        self.decided_us = until
+        self._prune()
+        rows.sort(key=lambda r: (r.ts, r.alert_id, r.state))
+        return rows
+
+    def _span(self, key: tuple[int, int]) -> tuple[int, int]:
+        b = self.budgets[key[0]]
+        return period_bounds(b.period, b.tz, key[1])
+
+    def _sweep(self, key: tuple[int, int], p: _Period, until: int) -> list[AlertRow]:
+        """Settle the period's entries up to ``until``; fire each threshold at the time the
+        settled spend reaches it (never for a period that ended before this decision)."""
+        movers = sorted((e.eff_us, eid) for eid, e in p.pending.items() if e.eff_us <= until)
+        if not movers:
+            return []
+        b = self.budgets[key[0]]
+        fired = self.fired.get(key, {})
+        open_ = p.end_us > self.decided_us and key not in self.resolved
+        todo = [(label, a) for label, a in b.threshold_amounts() if label not in fired]
+        rows = []
+        i = 0
+        while i < len(movers):
+            at = movers[i][0]
+            while i < len(movers) and movers[i][0] == at:
+                e = p.pending.pop(movers[i][1])
+                p.settled += e.amount or Decimal(0)
+                i += 1
+            if not open_ or at >= p.end_us:
+                continue
+            for label, amount in [t for t in todo if p.settled >= t[1]]:
+                todo.remove((label, amount))
+                self.fired.setdefault(key, {})[label] = at
+                span, top = (p.start_us, p.end_us), self._top(p, at)
+                rows.append(budget_alert(b, label, amount, span, "firing", at, p.settled, top))
+        return rows
+
+    @staticmethod
+    def _top(p: _Period, at: int) -> str:
+        """The three runs and models with the most settled spend at ``at``."""
+        runs: dict[str, Decimal] = defaultdict(Decimal)
+        models: dict[str, Decimal] = defaultdict(Decimal)
+        for e in p.entries.values():
+            if e.amount is not None and e.eff_us <= at:
+                runs[e.run_id] += e.amount
+                models[e.model or "?"] += e.amount
+
+        def best(d: dict[str, Decimal]) -> str:
+            top = sorted(d.items(), key=lambda kv: (-kv[1], kv[0]))[:3]
+            return ", ".join(f"{k} {money(v)}" for k, v in top)
+
+        return f"top runs: {best(runs)}; top models: {best(models)}"
+
+    def _horizon(self) -> int:
+        """Rows before this are dropped: older than the period before the settled one."""
+        if self.decided_us == _NEVER:
+            return _NEVER
+        if not self.budgets:
+            return self.decided_us
+        starts = []
+        for b in self.budgets:
+            start, _ = period_bounds(b.period, b.tz, self.decided_us)
+            starts.append(period_bounds(b.period, b.tz, start - 1)[0])
+        return min(starts)
+
+    def _prune(self) -> None:
+        horizon = self._horizon()
+        keep: dict[int, int] = {}
+        for i, b in enumerate(self.budgets):
+            start, _ = period_bounds(b.period, b.tz, self.decided_us)
+            keep[i] = period_bounds(b.period, b.tz, start - 1)[0]
+        for key in [k for k in self.periods if k[1] < keep[k[0]]]:
+            del self.periods[key]
+        for key in [k for k in self.fired if k[1] < keep[k[0]]]:
+            del self.fired[key]
+            self.resolved.discard(key)
+        for eid in [eid for eid, (r, _) in self.rows.items() if r.ts_us < horizon]:
+            del self.rows[eid]
+
+    # -- output ---------------------------------------------------------------------------
+    def states(self, *, changed_only: bool = True) -> list[OutRecord]:
+        """The ``prism.budget-state`` record of each budget's settled period (only those
+        that changed since last produced, unless ``changed_only`` is False)."""
+        if self.decided_us == _NEVER:
+            return []
+        out = []
+        with localcontext(_EXACT):
+            for i, b in enumerate(self.budgets):
+                span = period_bounds(b.period, b.tz, self.decided_us)
+                p = self.periods.get((i, span[0])) or _Period(*span)
+                fired = self.fired.get((i, span[0]), {})
+                crossed = [label for label, _ in b.threshold_amounts() if label in fired]
+                at_risk = (p.at_risk[0], p.at_risk[1], p.at_risk[2])
+                value = state_value(
+                    b, span, p.settled, p.total, at_risk, dict(p.unconverted), crossed
+                )
+                sig = orjson.dumps(value)
+                if changed_only and self._sent.get(b.scope_id) == sig:
+                    continue
+                self._sent[b.scope_id] = sig
+                out.append(state_record(b, value, self.decided_us))
+        return out
+
+    # -- state ----------------------------------------------------------------------------
+    def to_bytes(self) -> bytes:
+        """The desk's state (rows, decisions, lane reports); the budgets are not in it."""
+        return orjson.dumps(
+            {
+                "v": STATE_FORMAT,
+                "l": self.lateness_us,
+                "x": None if self.expected is None else sorted(self.expected),
+                "wm": self.watermark_us,
+                "d": self.decided_us,
+                "late": self.late,
+                "dropped": self.dropped,
+                "rows": [[*r.to_list(), eff] for r, eff in self.rows.values()],
+                "fired": [
+                    [self.budgets[k[0]].scope_id, k[1], label, at, k in self.resolved]
+                    for k, labels in self.fired.items()
+                    for label, at in labels.items()
+                ],
+                "lanes": [
+                    [lane, r.mark_us, r.pending_us, r.idle, r.quiet]
+                    for lane, r in self.lanes.items()
+                ],
+            }
+        )
+
+    @classmethod
+    def from_bytes(cls, raw: bytes, budgets: Budgets) -> BudgetDesk:
+        """The desk ``to_bytes`` wrote, over ``budgets`` (a budget added since starts from
+        the rows kept; one removed is forgotten). Another format version is refused."""
+        d: Any = orjson.loads(raw)
+        if not isinstance(d, dict) or d.get("v") != STATE_FORMAT:
+            version = d.get("v") if isinstance(d, dict) else None
+            raise BudgetStateError(
+                f"budget desk state of format {version!r} cannot be read (this version reads "
+                f"{STATE_FORMAT}); delete the desk's state record to start over"
+            )
+        desk = cls(budgets, d["l"] / 1_000_000, d["x"])
+        desk.watermark_us, desk.decided_us = d["wm"], d["d"]
+        desk.late, desk.dropped = d["late"], d["dropped"]
+        for lane, mark, pending, idle, quiet in d["lanes"]:
+            desk.lanes[lane] = LaneReport(mark, pending, idle, quiet)
+        index = {b.scope_id: i for i, b in enumerate(desk.budgets)}
+        for scope_id, start, label, at, resolved in d["fired"]:
+            if scope_id in index:
+                desk.fired.setdefault((index[scope_id], start), {})[label] = at
+                if resolved:
+                    desk.resolved.add((index[scope_id], start))
+        with localcontext(_EXACT):
+            for v in d["rows"]:
+                row = SpendRow.from_list(v[:-1])
+                desk.rows[row.event_id] = (row, v[-1])
+                desk._add(row, v[-1])
+        return desk
