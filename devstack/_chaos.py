@@ -149,7 +149,8 @@ class Fault:
 
     kind: str
     at: float
-    committed: dict[TP, int]
+    partitions: list[TP]  # empty: all
+    committed: dict[TP, int] | None = None  # taken a poll after the fault (commits in flight)
     recovered_s: float | None = None
 
 
@@ -284,7 +285,10 @@ class GroupWatch:
                 self.longest_stall = (now - self._progress[key], key, self._progress[key])
             self._at[key] = committed
         for f in self.faults:
-            if f.recovered_s is None and now - f.at <= RECOVERY_LIMIT_S and self._moved(f):
+            if f.committed is None and now - f.at >= 0.5:
+                keys = f.partitions or list(self.positions)
+                f.committed = {tp: self.positions[tp][0] for tp in keys if tp in self.positions}
+            elif f.recovered_s is None and now - f.at <= RECOVERY_LIMIT_S and self._moved(f):
                 f.recovered_s = now - f.at
 
     async def _markers_only(
@@ -308,8 +312,10 @@ class GroupWatch:
 
     def _moved(self, f: Fault) -> bool:
         """Every partition of ``f`` committed past its offset at the fault, or drained."""
-        pos = self.positions
-        return all(pos[tp][0] > c or pos[tp][0] >= pos[tp][1] for tp, c in f.committed.items())
+        pos, at = self.positions, f.committed
+        if at is None:
+            return False
+        return all(pos[tp][0] > c or pos[tp][0] >= pos[tp][1] for tp, c in at.items())
 
     def _match(self, members: dict[str, tuple[str, frozenset[TP]]]) -> None:
         """Map members to workers: the worker's pid in the client id, its member id in the
@@ -379,9 +385,7 @@ class GroupWatch:
 
     def fault(self, kind: str, tps: list[TP]) -> None:
         """Time the recovery of ``tps`` (all partitions when empty) from now."""
-        keys = tps or list(self.positions)
-        committed = {tp: self.positions[tp][0] for tp in keys if tp in self.positions}
-        self.faults.append(Fault(kind, time.monotonic(), committed))
+        self.faults.append(Fault(kind, time.monotonic(), tps))
 
 
 @dataclass

@@ -36,6 +36,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -385,18 +386,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         limit_topic = f"{base.topic_prefix}.limit-deaths"
         cluster.wait_in_sync(timeout=120)
 
-        def env_for(name: str, where: Path) -> dict[str, str]:
-            dsn = f"chdb://{where / 'ledger'}"
-            s = base.model_copy(update={"state_dir": where / "state", "clickhouse_dsn": dsn})
-            where.mkdir(parents=True, exist_ok=True)
-            return {
-                **worker_env(s),
-                "PRISM_CONSUMER_SESSION_TIMEOUT_SECONDS": str(int(SESSION_TIMEOUT_S)),
-                "BROKER_SESSION_TIMEOUT": str(int(SESSION_TIMEOUT_S)),  # faust's name for it
-                "BROKER_HEARTBEAT_INTERVAL": "1",
-            }
-
-        pool = WorkerPool(root, env_for)
+        pool = WorkerPool(root, _worker_env(base))
         plain = {t.input, t.channel_operations}  # the only topics written without transactions
         topics = {**dict.fromkeys(plain, 12), limit_topic: 1}
         watch = GroupWatch(cluster.bootstrap, base.consumer_group, topics, plain, pool)
@@ -429,7 +419,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         settled = {k: v for k, v in watch.positions.items() if k[0] in plain}
         settled.update({k: (v, v) for k, v in watch.targets.items()})
         watch.arm(False)
-        stall = watch.longest_stall
         codes = pool.stop_all()
         watch.stop()
         _log(f"drained {drained:.0f}s after the load; workers stopped: {codes}")
@@ -439,8 +428,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         checks = compare(client, "prism", manifest, qevents)
         print(render(checks))
         events = event_accounting(client, root / "applied.tsv")
-        recoveries = [f.recovered_s for f in watch.faults]
-        done = [r for r in recoveries if r is not None]
         ends = {topic: _positions(settled, topic)[1] for topic in (t.input, t.channel_operations)}
         verdict: dict[str, Any] = {
             "seed": args.seed,
@@ -459,39 +446,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             **events,
             "offsets_accounted": ends == pub.per_topic and all(c >= e for c, e in settled.values()),
             "partitions_read": len(settled),
-            "rebalances": watch.rebalances,
-            "rebalances_kept": watch.kept,
             "min_rebalances_kept": args.min_rebalances,
-            "longest_stall_s": round(stall[0], 1),
-            "longest_stall_partition": list(stall[1]) if stall[1] else None,
-            "longest_stall_from_s": round(stall[2] - t0, 1) if stall[1] else None,  # load time
-            "stall_bound_s": STALL_BOUND_S,
-            "recoveries": [
-                {"fault": f.kind, "s": None if f.recovered_s is None else round(f.recovered_s, 1)}
-                for f in watch.faults
-            ],
-            "recovery_p50_s": round(statistics.median(done), 1) if done else None,
-            "recovery_max_s": round(max(done), 1) if done else None,
+            **_group_figures(watch, t0),
             "actions": chaos.done,
             "worker_exits": pool.exits,
             "exit_codes": codes,
             "drain_s": round(drained, 1),
             "workers": worker_reports(pool),
         }
-        failures = [c["name"] for c in verdict["checks"] if not c["ok"]]
-        failures += [k for k in ("lost", "doubled", "unexpected") if verdict[k]]
-        failures += ["offsets not accounted for"] * (not verdict["offsets_accounted"])
-        failures += [f"rebalances kept {watch.kept} < {args.min_rebalances}"] * (
-            watch.kept < args.min_rebalances
-        )
-        failures += [f"a partition stalled {stall[0]:.0f}s"] * (stall[0] >= STALL_BOUND_S)
-        failures += [f"{len(recoveries) - len(done)} fault(s) never recovered"] * (
-            len(done) < len(recoveries)
-        )
-        failures += [f"worker exits: {pool.exits}"] * bool(pool.exits)
-        failures += [f"a worker stopped with {codes}"] * any(codes.values())
-        verdict["failures"] = failures
-        verdict["ok"] = not failures
+        verdict["failures"] = _failures(verdict)
+        verdict["ok"] = not verdict["failures"]
         return verdict
     finally:
         if chaos is not None:
@@ -507,6 +471,55 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if watch is not None:
             watch.stop()
         cluster.down()
+
+
+def _worker_env(base: Settings) -> Callable[[str, Path], dict[str, str]]:
+    """A worker's environment: ``base`` with its own state dir and embedded ledger."""
+
+    def env_for(name: str, where: Path) -> dict[str, str]:
+        dsn = f"chdb://{where / 'ledger'}"
+        s = base.model_copy(update={"state_dir": where / "state", "clickhouse_dsn": dsn})
+        where.mkdir(parents=True, exist_ok=True)
+        session = str(int(SESSION_TIMEOUT_S))
+        return {**worker_env(s), "PRISM_CONSUMER_SESSION_TIMEOUT_SECONDS": session}
+
+    return env_for
+
+
+def _group_figures(watch: GroupWatch, t0: float) -> dict[str, Any]:
+    """What the watch saw of the group: rebalances, the longest stall, recoveries."""
+    seconds, where, since = watch.longest_stall
+    done = [f.recovered_s for f in watch.faults if f.recovered_s is not None]
+    return {
+        "rebalances": watch.rebalances,
+        "rebalances_kept": watch.kept,
+        "longest_stall_s": round(seconds, 1),
+        "longest_stall_partition": list(where) if where else None,
+        "longest_stall_from_s": round(since - t0, 1) if where else None,  # into the load
+        "stall_bound_s": STALL_BOUND_S,
+        "recoveries": [
+            {"fault": f.kind, "s": None if f.recovered_s is None else round(f.recovered_s, 1)}
+            for f in watch.faults
+        ],
+        "recovery_p50_s": round(statistics.median(done), 1) if done else None,
+        "recovery_max_s": round(max(done), 1) if done else None,
+    }
+
+
+def _failures(v: dict[str, Any]) -> list[str]:
+    """Every way the verdict ``v`` fails; empty: it passed."""
+    out = [c["name"] for c in v["checks"] if not c["ok"]]
+    out += [f"{k} {v[k]}" for k in ("lost", "doubled", "unexpected") if v[k]]
+    out += ["offsets not accounted for"] * (not v["offsets_accounted"])
+    if v["rebalances_kept"] < v["min_rebalances_kept"]:
+        out.append(f"rebalances kept {v['rebalances_kept']} < {v['min_rebalances_kept']}")
+    if v["longest_stall_s"] >= v["stall_bound_s"]:
+        out.append(f"a partition stalled {v['longest_stall_s']}s")
+    missed = [r["fault"] for r in v["recoveries"] if r["s"] is None]
+    out += [f"never recovered after {', '.join(missed)}"] * bool(missed)
+    out += [f"worker exits: {v['worker_exits']}"] * bool(v["worker_exits"])
+    out += [f"a worker stopped with {v['exit_codes']}"] * any(v["exit_codes"].values())
+    return out
 
 
 def _join(slot: Slot, n: int, watch: GroupWatch, pool: WorkerPool, timeout: float = 180) -> None:
