@@ -34,6 +34,7 @@ import math
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import Any
 
 from prism.schemas import (
@@ -77,6 +78,8 @@ log = logging.getLogger("prism.core")
 
 MAX_REASON_CHARS = 500
 _CHANNEL_MARK = CHANNEL_SCHEMA_ID.encode()
+# a run's records share its key: hashing each once keeps routing off the step's profile
+_home = lru_cache(maxsize=1 << 16)(home_partition)
 
 
 @dataclass(slots=True)
@@ -518,7 +521,7 @@ class Intake:
         if partitions is None or rec.partition < 0:
             return False
         routing_key = key.encode()
-        home = home_partition(routing_key, partitions)
+        home = _home(routing_key, partitions)
         if home == rec.partition:
             return False
         pattern = producer_pattern(rec.key, routing_key, rec.partition, partitions, field=field)
