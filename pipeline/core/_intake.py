@@ -34,7 +34,6 @@ import math
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from functools import lru_cache
 from typing import Any
 
 from prism.schemas import (
@@ -43,7 +42,6 @@ from prism.schemas import (
     ChannelOperation,
     ContractViolation,
     DeadLetterRow,
-    FastEvent,
     dead_letter_preview,
     parse_any_batch,
     parse_fast_batch,
@@ -52,13 +50,11 @@ from prism.schemas import (
 from ._alerts import ExhaustionAlerter, alert_record
 from ._channels import ChannelProcessor
 from ._processor import Processor
-from ._route import home_partition, producer_pattern
-from ._run import to_us
+from ._route import forward_of
 from ._types import (
     CoreConfig,
     Delivery,
     EventClock,
-    Forward,
     LaneReport,
     Output,
     OutRecord,
@@ -78,8 +74,6 @@ log = logging.getLogger("prism.core")
 
 MAX_REASON_CHARS = 500
 _CHANNEL_MARK = CHANNEL_SCHEMA_ID.encode()
-# a run's records share its key: hashing each once keeps routing off the step's profile
-_home = lru_cache(maxsize=1 << 16)(home_partition)
 
 
 @dataclass(slots=True)
@@ -510,39 +504,15 @@ class Intake:
 
     def _forward(self, out: Output, rec: InRecord, item: Any) -> bool:
         """Forward a parsed record found off its home partition; whether it was."""
-        if isinstance(item, ChannelOperation):
-            partitions, channel = self.channel_partitions, True
-            if item.operation_id is not None:
-                key, field = item.operation_id, "operationId"
-            else:  # a denial has no operation: its producer keys it by connection
-                key, field = item.connection_id, "connectionId"
-        else:
-            partitions, channel, key, field = self.route_partitions, False, item.run_id, "runId"
-        if partitions is None or rec.partition < 0:
+        f = forward_of(rec, item, self.route_partitions, self.channel_partitions)
+        if f is None:
             return False
-        routing_key = key.encode()
-        home = _home(routing_key, partitions)
-        if home == rec.partition:
-            return False
-        pattern = producer_pattern(rec.key, routing_key, rec.partition, partitions, field=field)
-        headers = [
-            ("source-topic", rec.source.encode()),
-            ("source-partition", str(rec.partition).encode()),
-            ("source-offset", str(rec.offset).encode()),
-        ]
-        if rec.traceparent is not None:
-            headers.append(("traceparent", rec.traceparent.encode()))
-        source = (rec.source, rec.partition, rec.offset)
-        ts_us = item.ts_us if isinstance(item, FastEvent) else to_us(item.ts)
-        out.forwards.append(
-            Forward(
-                home, channel, routing_key, rec.value or b"", tuple(headers), source, pattern, ts_us
-            )
-        )
-        held = self.clock.held(forwarded_lane(home))  # the copy is on its way there
-        self.clock.hold(forwarded_lane(home), ts_us if held is None else min(held, ts_us))
+        out.forwards.append(f)
+        lane = forwarded_lane(f.partition)  # the copy is on its way there
+        held = self.clock.held(lane)
+        self.clock.hold(lane, f.ts_us if held is None else min(held, f.ts_us))
         out.forwarded[rec.partition] += 1
-        out.patterns[pattern] += 1
+        out.patterns[f.pattern] += 1
         out.stats["forwarded"] += 1
         return True
 

@@ -18,6 +18,13 @@ as a signed 32-bit integer, Go's truncated remainder, then its absolute value).
 from __future__ import annotations
 
 import zlib
+from functools import lru_cache
+from typing import Any, Protocol
+
+from prism.schemas import ChannelOperation, FastEvent
+
+from ._run import to_us
+from ._types import Forward
 
 __all__ = [
     "CRC32_PATTERN",
@@ -28,6 +35,7 @@ __all__ = [
     "UNKNOWN_PATTERN",
     "crc32_partition",
     "fnv1a_32",
+    "forward_of",
     "home_partition",
     "murmur2",
     "producer_pattern",
@@ -127,3 +135,58 @@ def producer_pattern(
     if sarama_partition(record_key, partitions) == partition:
         return FNV1A_PATTERN
     return UNKNOWN_PATTERN
+
+
+class _Record(Protocol):
+    """What ``forward_of`` reads of an ``InRecord``."""
+
+    value: bytes | None
+    source: str
+    partition: int
+    offset: int
+    key: bytes | None
+    traceparent: str | None
+
+
+# a run's records share its key: hashing each once keeps routing off the step's profile
+_home = lru_cache(maxsize=1 << 16)(home_partition)
+
+
+def forward_of(
+    rec: _Record, item: Any, partitions: int | None, channel_partitions: int | None
+) -> Forward | None:
+    """The ``Forward`` of a parsed record found off its home partition (None: at home, a
+    file line, or a family not routed). ``item``: what the record parsed to, an agent event
+    (routed by ``runId`` on ``partitions``) or a ``ChannelOperation`` (by ``operationId``,
+    or ``connectionId`` for a denial, which has none, on ``channel_partitions``)."""
+    if isinstance(item, ChannelOperation):
+        count, channel = channel_partitions, True
+        if item.operation_id is not None:
+            key, field = item.operation_id, "operationId"
+        else:  # its producer keys a denial by connection (schemas/CONTRACT.md)
+            key, field = item.connection_id, "connectionId"
+    else:
+        count, channel, key, field = partitions, False, item.run_id, "runId"
+    if count is None or rec.partition < 0:
+        return None
+    routing_key = key.encode()
+    home = _home(routing_key, count)
+    if home == rec.partition:
+        return None
+    headers = [
+        ("source-topic", rec.source.encode()),
+        ("source-partition", str(rec.partition).encode()),
+        ("source-offset", str(rec.offset).encode()),
+    ]
+    if rec.traceparent is not None:
+        headers.append(("traceparent", rec.traceparent.encode()))
+    return Forward(
+        partition=home,
+        channel=channel,
+        key=routing_key,
+        value=rec.value or b"",
+        headers=tuple(headers),
+        source=(rec.source, rec.partition, rec.offset),
+        pattern=producer_pattern(rec.key, routing_key, rec.partition, count, field=field),
+        ts_us=item.ts_us if isinstance(item, FastEvent) else to_us(item.ts),
+    )
