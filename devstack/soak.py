@@ -88,9 +88,13 @@ def _simulate(runs: int, seed: int, out: Path) -> None:
 def simulate_fleet(runs: int, seed: int, out: Path) -> None:
     child = multiprocessing.get_context("fork").Process(target=_simulate, args=(runs, seed, out))
     child.start()
-    child.join(1800)
+    try:
+        child.join(1800)
+    finally:
+        if child.is_alive():  # interrupted, or out of time
+            child.kill()
+            child.join()
     if child.exitcode != 0:
-        child.kill()
         raise RuntimeError(f"simulating {runs:,} runs failed (exit {child.exitcode})")
 
 
