@@ -8,9 +8,10 @@ the faults at seeded random times, one at a time, each bounded in time; ``Worker
 starts, restarts and stops the workers, each with its own state dir and chDB ledger.
 
 A group member is matched to its worker by the worker's pid in its client id when it has
-one, else by elimination: the one member no worker owns, when the group is stable and
-exactly one running worker owns no member (the soak starts workers one at a time and
-changes the group one fault at a time, so that is the usual case).
+one, else by the member id the worker's log names (aiokafka logs "Joined group ... with
+member_id X"), else by elimination: the one member no worker owns, when the group is
+stable and exactly one running worker, started before the member appeared, owns none (the
+soak starts workers one at a time and changes the group one fault at a time).
 """
 
 from __future__ import annotations
@@ -94,6 +95,10 @@ class WorkerPool:
 
     def read_member_ids(self, slot: Slot) -> set[str]:
         """Member ids the consumer client logged (aiokafka: "... with member_id X")."""
+        with self.lock:
+            return self._read_member_ids(slot)
+
+    def _read_member_ids(self, slot: Slot) -> set[str]:
         try:
             with open(self.root / f"{slot.name}.log", "rb") as f:
                 f.seek(slot.log_at)
@@ -133,14 +138,12 @@ class WorkerPool:
 
     def stop_all(self, timeout: float = 60.0) -> dict[str, int]:
         """SIGCONT then SIGTERM every worker; their exit codes."""
-        codes: dict[str, int] = {}
-        with self.lock:
-            for s in self.slots:
-                if s.pid is not None:
-                    os.kill(s.pid, signal.SIGCONT)
-                    s.expected_down = True
-                    codes[s.name] = s.proc.stop(timeout) if s.proc is not None else 0
-        return codes
+        with self.lock:  # not held while they stop: the watch reads their logs meanwhile
+            running = [(s, pid) for s in self.slots if (pid := s.pid) is not None]
+            for s, pid in running:
+                s.expected_down = True
+                os.kill(pid, signal.SIGCONT)
+        return {s.name: s.proc.stop(timeout) for s, _ in running if s.proc is not None}
 
 
 @dataclass
