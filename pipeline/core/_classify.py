@@ -4,9 +4,10 @@ Over the distinct events of one run (an event id seen again is a re-delivery and
 here), in this order:
 
 1. **One event per seq, one owner** (rules 1 and 11), walking the seqs upwards: of the
-   events claiming a ``seq``, the first to arrive that agrees with the owner holds it;
+   events claiming a ``seq`` that agree with the owner, the first to arrive holds it,
+   unless a claim with the same tenant field (a duplicate) has a smaller ``eventId``;
    the others are ``tenant_mismatch`` (they carry another tenant than the owner's) or
-   ``duplicate_seq`` (a later claim "changes nothing"). The owner is the tenant of the
+   ``duplicate_seq`` (the other claims "change nothing"). The owner is the tenant of the
    lowest holder carrying one; events omitting it inherit it (their rows are re-stated
    when it becomes known).
 2. **One terminal** (rule 2): the holder with the lowest seq among terminal types. Holders
@@ -15,11 +16,15 @@ here), in this order:
    seq order, one whose ``(turn, attempt)`` or ``entryId`` an earlier row took is
    ``duplicate_usage``.
 
-Everything else is accepted. Each step reads the set ordered by ``seq``; arrival order
-(a fact's ``n``) decides only between different events claiming the same seq (or the
-same lowest tenant seq), where rule 1 says the later claim changes nothing. So any
-permutation, duplication or split of events that claim distinct seqs classifies alike,
-and a tenant reusing another's ``runId`` can neither take over nor bill into that run.
+Everything else is accepted. Each step reads the set ordered by ``seq``, and between
+duplicate claims of one seq (the same tenant field) by ``eventId``, never by arrival:
+which of two duplicates counts must not depend on which partition, producer or batch
+brought it first (rule 10), as with channel operations (``_channel_state``). A duplicate
+that arrives after another took its seq and has the smaller id takes it over: the
+other's rows are retracted and it is quarantined ``duplicate_seq`` instead. Arrival (a
+fact's ``n``) decides only between claims that carry different tenants: rule 11 fixes a
+run's owner by its first event, so a tenant reusing another's ``runId`` can neither take
+over nor bill into that run once it exists, whatever ids it picks.
 """
 
 from __future__ import annotations
@@ -69,13 +74,17 @@ def classify(facts: dict[str, dict[str, Any]]) -> Classified:
     holders: dict[int, str] = {}
     for seq, _, eid in sorted((f["s"], f["n"], eid) for eid, f in facts.items()):
         tenant = facts[eid]["e"].get("tenant_id")
-        agrees = tenant is None or owner is None or tenant == owner
-        if seq not in holders and agrees:
+        if not (tenant is None or owner is None or tenant == owner):
+            out.reasons[eid] = TENANT_MISMATCH
+        elif seq not in holders:
             holders[seq] = eid
             if owner is None:
                 owner = tenant
-        elif not agrees:
-            out.reasons[eid] = TENANT_MISMATCH
+        elif eid < holders[seq] and tenant == facts[holders[seq]]["e"].get("tenant_id"):
+            # a duplicate of the same owner's: the smaller id holds the seq, whichever
+            # came first (a claim carrying another tenant than the holder's never does)
+            out.reasons[holders[seq]] = DUPLICATE_SEQ
+            holders[seq] = eid
         else:
             out.reasons[eid] = DUPLICATE_SEQ
     out.terminal = next(
