@@ -324,10 +324,14 @@ def death_record(death: LimitDeath) -> OutRecord:
     return OutRecord(key=death.run_id.encode(), value=orjson.dumps(value))
 
 
-def lane_record(lane: int, report: LaneReport, at: float = 0.0) -> OutRecord:
+def lane_record(
+    lane: int, report: LaneReport, at: float = 0.0, copies: int | None = None
+) -> OutRecord:
     """A lane's event-time report, sent at processing time ``at``: the alerter and every
-    worker take the pipeline watermark from these."""
-    value = {
+    worker take the pipeline watermark from these. ``copies``: the lane's position in its
+    repartition partition, so a process that forwarded copies there knows when they were
+    applied."""
+    value: dict[str, object] = {
         "lane": lane,
         "mark": report.mark_us,
         "pending": report.pending_us,
@@ -335,6 +339,8 @@ def lane_record(lane: int, report: LaneReport, at: float = 0.0) -> OutRecord:
         "quiet": report.quiet,
         "at": at,
     }
+    if copies is not None:
+        value["copies"] = copies
     return OutRecord(key=b"lane:%d" % lane, value=orjson.dumps(value))
 
 

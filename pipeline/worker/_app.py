@@ -127,7 +127,6 @@ class PipelineWorker:
         self._tick_interval = max(1.0, settings.batch_max_seconds)
         self.rebalances = 0
 
-    # -- the loop -----------------------------------------------------------------------
     async def run(self) -> None:
         """Join the group and work until ``stop``; a failure stops the process uncommitted."""
         await self.consumer.start([*self.topics.slot_topics, self.topics.limit_deaths], self)
@@ -183,7 +182,6 @@ class PipelineWorker:
             log.info("assigned slots %s%s", sorted(self.slots.held),
                      " and the alerter" if self._deaths_held else "")  # fmt: skip
 
-    # -- batches ------------------------------------------------------------------------
     async def _batch(self, fetched: dict[TopicPartition, list[InRecord]]) -> None:
         deaths = fetched.pop(self._deaths, None)
         if deaths and self._deaths_held:
@@ -272,6 +270,7 @@ class PipelineWorker:
                    for p in sorted(touched) if p in self.slots.held}  # fmt: skip
         fenced = await self.slots.commit(commits)
         self.watch.sent(reports, now, fenced)
+        self.watch.note_copies(parts, self.checkpoint.produced)
         self._report_figures()
 
     async def _after(self, out: Output) -> None:
@@ -299,6 +298,7 @@ class PipelineWorker:
             log.debug("end offsets unavailable this tick", exc_info=True)
             return
         self.marks.apply(self.intake.clock, self.slots.lanes(), now)
+        self.watch.release_copies(self.marks.copies)
         moved = await self.watch.past_markers()
         marks_only = self._deaths_held and self.alerts.past_markers(
             await self.consumer.position(self._deaths))  # fmt: skip

@@ -130,10 +130,13 @@ class Transactions:
         for slot in list(self.producers):
             await self.close(slot)
 
-    async def commit(self, slot: str, commit: SlotCommit, metadata: str) -> None:
+    async def commit(
+        self, slot: str, commit: SlotCommit, metadata: str
+    ) -> dict[tuple[str, int], int]:
         """One transaction: ``commit``'s records and offsets (with ``metadata``), or none
         of them. Transient errors abort and retry the whole transaction; ``Fenced`` when
-        a newer owner holds the slot (the producer is closed then)."""
+        a newer owner holds the slot (the producer is closed then). Returns the offset of
+        the last record written to each (topic, partition)."""
         from aiokafka.errors import (
             IllegalOperation,
             KafkaError,
@@ -145,10 +148,10 @@ class Transactions:
         if producer is None:
             raise Fenced(f"no producer for slot {slot}: it is not held")
 
-        async def once() -> None:
+        async def once() -> dict[tuple[str, int], int]:
             await producer.begin_transaction()
             try:
-                await send_records(producer, commit.records, self._partitioner)
+                produced = await send_records(producer, commit.records, self._partitioner)
                 if commit.offsets:
                     offsets = {tp: (o, metadata) for tp, o in commit.offsets.items()}
                     await producer.send_offsets_to_transaction(offsets, self.group)
@@ -159,9 +162,10 @@ class Transactions:
                     log.debug("aborting the transaction of %s failed", slot, exc_info=True)
                 raise
             await producer.commit_transaction()
+            return produced
 
         try:
-            await retry_transient(
+            return await retry_transient(
                 once,
                 what=f"committing the transaction of slot {slot}",
                 bootstrap=str(self.kwargs.get("bootstrap_servers", "")),
@@ -190,6 +194,7 @@ class Checkpoint:
         self.last: dict[str, str] = {}  # slot -> metadata of its last commit here
         self._seq = 0
         self.fenced_writes = 0
+        self.produced: dict[tuple[str, int], int] = {}  # (topic, partition) -> last offset
 
     async def commit(self, commits: Mapping[str, SlotCommit]) -> set[str]:
         """Commit each slot's transaction (concurrently); the slots found fenced."""
@@ -211,9 +216,11 @@ class Checkpoint:
     async def _one(self, slot: str, commit: SlotCommit) -> None:
         self._seq += 1
         metadata = f"{self.token}:{self._seq}"
-        await self.transactions.commit(slot, commit, metadata)
+        produced = await self.transactions.commit(slot, commit, metadata)
         if commit.offsets:
             self.last[slot] = metadata
+        for key, offset in produced.items():
+            self.produced[key] = max(self.produced.get(key, -1), offset)
 
 
 async def _stop_quietly(producer: Any) -> None:

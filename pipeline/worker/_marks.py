@@ -53,6 +53,7 @@ class LaneMarks:
         self.topic = topic
         self.kwargs = consumer_kwargs
         self.latest: dict[int, tuple[LaneReport, float]] = {}  # lane -> (report, sent at)
+        self.copies: dict[int, int] = {}  # lane -> its repartition position, last reported
         self._consumer: Any = None
 
     async def run(self, stopping: Callable[[], bool]) -> None:
@@ -92,6 +93,9 @@ class LaneMarks:
         if decoded is not None:
             lane, report, at = decoded
             self.latest[lane] = (report, at)
+            copies = orjson.loads(raw or b"{}").get("copies")
+            if isinstance(copies, int):
+                self.copies[lane] = copies
 
     def apply(self, clock: EventClock, held: Collection[int], now: float) -> None:
         """Let the lanes this process does not hold (``held``) into ``clock``, dropping

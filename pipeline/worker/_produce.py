@@ -31,13 +31,17 @@ def _append(batch: Any, r: ProducedRecord) -> Any:
     return batch.append(timestamp=None, key=r.key, value=r.value, headers=list(r.headers))
 
 
-async def send_records(producer: Any, records: Sequence[ProducedRecord], partitioner: Any) -> None:
+async def send_records(
+    producer: Any, records: Sequence[ProducedRecord], partitioner: Any
+) -> dict[tuple[str, int], int]:
     """Hand ``records`` to ``producer`` and wait for the broker's acknowledgement of all.
 
     One record batch per partition (several when one is full), not a send per record:
     aiokafka's per-record path (a future, the partitioner and the accumulator for each)
     was most of the event loop's work on a busy worker. Inside a transaction each batch's
-    partition joins the transaction (aiokafka's accumulator adds it).
+    partition joins the transaction (aiokafka's accumulator adds it). Returns the offset
+    of the last record written to each (topic, partition) (inside a transaction, the
+    offsets the records take once it commits).
     """
     partitions: dict[str, list[int]] = {}  # topic -> its partitions, for keyed records
     by_partition: dict[tuple[str, int], list[ProducedRecord]] = {}
@@ -48,13 +52,21 @@ async def send_records(producer: Any, records: Sequence[ProducedRecord], partiti
                 partitions[r.topic] = sorted(await producer.partitions_for(r.topic))
             partition = int(partitioner(r.key, partitions[r.topic], partitions[r.topic]))
         by_partition.setdefault((r.topic, partition), []).append(r)
-    futures = []
+    futures, counts = [], []
     for (topic, partition), recs in by_partition.items():
-        batch = producer.create_batch()
+        batch, n = producer.create_batch(), 0
         for r in recs:
             if _append(batch, r) is None:  # full: send it and start the next one
                 futures.append(await producer.send_batch(batch, topic, partition=partition))
-                batch = producer.create_batch()
+                counts.append(n)
+                batch, n = producer.create_batch(), 0
                 _append(batch, r)  # an empty batch takes any record
+            n += 1
         futures.append(await producer.send_batch(batch, topic, partition=partition))
-    await asyncio.gather(*futures)
+        counts.append(n)
+    last: dict[tuple[str, int], int] = {}
+    for meta, n in zip(await asyncio.gather(*futures), counts, strict=True):
+        if meta is not None and meta.offset is not None:  # the batch's base offset
+            key = (meta.topic, meta.partition)
+            last[key] = max(last.get(key, -1), meta.offset + n - 1)
+    return last

@@ -113,6 +113,11 @@ class Slots:
         """The core lanes of the slots held."""
         return {lane for slot in self.held.values() for lane in slot.lanes}
 
+    def repartition_of(self, lane: int) -> str:
+        """The repartition topic that brings a lane its forwarded copies."""
+        t = self.topics
+        return t.channel_repartition if lane >= CHANNEL_LANE else t.repartition
+
     def forwarded(self, tp: TopicPartition) -> bool:
         return tp.topic in (self.topics.repartition, self.topics.channel_repartition)
 
@@ -237,7 +242,8 @@ class Slots:
                     recs.append(ProducedRecord(topic, f.key, f.value, f.partition, f.headers))
             report = reports.get(lane)
             if report is not None:
-                r = lane_record(lane, report, at)
+                copies = slot.positions.get(TopicPartition(self.repartition_of(lane), p))
+                r = lane_record(lane, report, at, copies)
                 recs.append(ProducedRecord(t.limit_deaths, r.key, r.value, 0))
                 recs.append(ProducedRecord(t.lane_marks, r.key, r.value, 0))
         positions = {tp.topic: o for tp, o in slot.positions.items()}

@@ -15,7 +15,12 @@ end offset, and turns that into:
   once every partition of the lane is at its end, quiet once idle for the allowed lateness
   in processing time; a report is sent when it changes or every ``REPORT_HEARTBEAT_S``;
 - **progress rows** (``progress``): each held input partition's position and end, once per
-  ``Settings.progress_interval_seconds``, for the Pipeline dashboard's lag panel.
+  ``Settings.progress_interval_seconds``, for the Pipeline dashboard's lag panel;
+- **holds released** (``release_copies``): a step that forwards copies holds the
+  watermark at their time on their home lane (``Intake.hold``). A home lane held here
+  releases it itself once its repartition partition has nothing waiting; for a home
+  lane another process holds, this process waits for that lane's report (lane-marks)
+  to show a repartition position past the last copy it committed there.
 """
 
 from __future__ import annotations
@@ -30,9 +35,10 @@ from aiokafka import TopicPartition
 
 from prism.schemas import ProgressRow
 
-from ..core import InRecord, Intake, LaneReport
+from ..core import InRecord, Intake, LaneReport, Output
 from ..settings import Settings
 from ._consumer import GroupConsumer
+from ._lanes import CHANNEL_LANE
 from ._marks import REPORT_HEARTBEAT_S
 from ._offsets import ReadBack
 from ._slots import Slots, slot_of
@@ -63,10 +69,12 @@ class PartitionWatch:
         self.worker_id = worker_id
         kw = settings.aiokafka_kwargs()
         self.readers = {topic: ReadBack(topic, kw) for topic in self.topics.slot_topics}
-        self._reported: dict[int, tuple[LaneReport, float]] = {}  # lane -> last sent, when
+        # lane -> the report last sent, its repartition position then, and when
+        self._reported: dict[int, tuple[LaneReport, int | None, float]] = {}
         self._idle_since: dict[int, float] = {}  # lane -> processing time it went idle
         self._undelivered: dict[TopicPartition, tuple[tuple[int, int], float]] = {}
         self._progress_at = 0.0
+        self._copies: dict[int, int] = {}  # remote home lane -> last copy's offset there
 
     # -- read-backs -----------------------------------------------------------------------
     async def fill(self, tp: TopicPartition, start: int, end: int) -> list[InRecord]:
@@ -147,16 +155,19 @@ class PartitionWatch:
                     self._idle_since.pop(lane, None)
                 quiet = idle and now - since >= lateness
                 report = self.intake.lane_report(lane, idle=idle, quiet=quiet)
-                last, at = self._reported.get(lane, (None, 0.0))
-                if last != report or now - at >= REPORT_HEARTBEAT_S:
+                copies = slot.positions.get(TopicPartition(self.slots.repartition_of(lane), p))
+                last, last_copies, at = self._reported.get(lane, (None, None, 0.0))
+                if (last, last_copies) != (report, copies) or now - at >= REPORT_HEARTBEAT_S:
                     changed[lane] = report
         return changed
 
     def sent(self, reports: Mapping[int, LaneReport], now: float, fenced: set[int]) -> None:
         """``reports`` were committed at ``now``, but those of the ``fenced`` slots."""
         for lane, report in reports.items():
-            if slot_of(lane) not in fenced:
-                self._reported[lane] = (report, now)
+            p = slot_of(lane)
+            if p not in fenced and p in self.slots.held:
+                tp = TopicPartition(self.slots.repartition_of(lane), p)
+                self._reported[lane] = (report, self.slots.held[p].positions.get(tp), now)
 
     def progress(
         self, now: float, ends: Mapping[TopicPartition, int], last_batch_at: float | None
@@ -179,6 +190,30 @@ class PartitionWatch:
                     datetime.fromtimestamp(last_batch_at, UTC) if last_batch_at else None,
                 ))  # fmt: skip
         return rows
+
+    # -- forwarded copies ------------------------------------------------------------------
+    def note_copies(
+        self, parts: Mapping[int, Output], produced: Mapping[tuple[str, int], int]
+    ) -> None:
+        """After a commit: the home lanes of its copies that another process holds, and
+        the offset of the last copy committed to each."""
+        for part in parts.values():
+            for f in part.forwards:
+                lane = f.partition + (CHANNEL_LANE if f.channel else 0)
+                if f.partition in self.slots.held:
+                    continue  # released by this process's own tick (``Intake.behind``)
+                offset = produced.get((self.slots.repartition_of(lane), f.partition))
+                if offset is not None:
+                    self._copies[lane] = max(self._copies.get(lane, -1), offset)
+
+    def release_copies(self, reported: Mapping[int, int]) -> None:
+        """Release the holds of remote home lanes whose reported repartition position
+        (``reported``: lane -> position) is past the last copy sent there."""
+        for lane, offset in list(self._copies.items()):
+            if slot_of(lane) in self.slots.held or reported.get(lane, -1) > offset:
+                if slot_of(lane) not in self.slots.held:
+                    self.intake.hold(lane, None)
+                del self._copies[lane]
 
     async def close(self) -> None:
         for reader in self.readers.values():

@@ -73,6 +73,7 @@ class _Transactions:
                     part[r.key or b""] = r.value
         for tp, offset in commit.offsets.items():
             self.broker.committed[tp] = (offset, metadata)
+        return {}  # no offsets: nothing here waits for its copies
 
 
 class _Consumer:
