@@ -6,8 +6,8 @@
 #   docker run --rm prism-pipeline:local --help
 
 FROM python:3.11-slim AS build
-# A C compiler for the few dependencies without a wheel on some platforms (faust-streaming's
-# speedups on arm64); it stays in this stage only.
+# A C compiler for the few dependencies without a wheel on some platforms; it stays in
+# this stage only.
 RUN apt-get update \
     && apt-get install -y --no-install-recommends gcc libc6-dev \
     && rm -rf /var/lib/apt/lists/*

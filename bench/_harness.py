@@ -178,7 +178,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--state-store",
         choices=["rocksdb", "memory"],
         default="rocksdb",
-        help="faust's local store in the workers, which holds no tables (default %(default)s)",
+        help="passed to the workers, which no longer use it (default %(default)s)",
     )
     p.add_argument(
         "--json",

@@ -337,7 +337,7 @@ def measure(
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """Run the chosen ``parts`` on one broker and one fleet; (rows, error messages).
 
-    ``state_store`` is faust's local store in the workers (no tables use it); ``log_dir``
+    ``state_store`` is passed to the workers, which no longer use it; ``log_dir``
     keeps their logs (default: the temporary folder, removed at the end). A failing part is
     reported and the others still run; the broker always stops.
     """

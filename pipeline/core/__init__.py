@@ -1,6 +1,6 @@
 """The run-semantics core: pure, synchronous, deterministic (schemas/CONTRACT.md, "Semantics").
 
-No Kafka, no ClickHouse, no asyncio. Every shell (the faust worker, ``ingest-file``,
+No Kafka, no ClickHouse, no asyncio. Every shell (the Kafka worker, ``ingest-file``,
 ``rebuild``, tests) feeds records to one ``Intake`` and persists what its ``Output``
 says: ledger rows, topic records, state writes.
 

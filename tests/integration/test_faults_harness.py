@@ -149,7 +149,7 @@ class FaultLab:
             state = "running" if w.running else f"exited {w.proc.returncode if w.proc else None}"
             stats = Path(w.env.get("PRISM_STATE_DIR", ".")) / "worker-stats.json"
             counts = stats.read_text()[:1500] if stats.exists() else "(no stats file)"
-            try:  # faust's recovery tables crowd out the lines that say what happened
+            try:  # table-like lines of libraries crowd out the lines that say what happened
                 text = w.log_path.read_text(errors="replace").splitlines()
             except OSError:
                 text = ["(no log)"]

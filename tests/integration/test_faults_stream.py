@@ -124,9 +124,9 @@ def test_a_second_worker_joining_then_leaving_keeps_the_ledger_exact(lab: FaultL
 
 @pytest.mark.timeout(180)
 def test_records_the_consumer_dropped_are_read_back_though_none_follow(lab: FaultLab) -> None:
-    """Records fetched and dropped around a rebalance (faust's seek done, its flow not yet
-    resumed) are not fetched again; with no later record of their partition to show the
-    gap, the worker must notice the partition's end past its position by itself."""
+    """Records handed out by the consumer and dropped before they were stepped (the
+    ``drop_fetch`` fault) are not fetched again; with no later record of their partition
+    to show the gap, the worker must notice the consumer's position past its own."""
     fleet = simulate(FleetConfig(runs=60, seed=84))
     s = lab.settings("w", undelivered_read_back_seconds=2.0)
     lab.publish(fleet, s)  # all of it before the worker starts: one fetch per partition

@@ -3,7 +3,7 @@
 Builds the project's wheel, installs it without extras into a fresh virtualenv (its few
 dependencies come from the package index, or pip's cache), then publishes through
 ``prism.runtime.EventPublisher`` to the test broker from that venv and reads the record
-back here. The venv must not hold faust, chDB, clickhouse-connect or the Grafana SDK.
+back here. The venv must not hold chDB, clickhouse-connect, pydantic-settings or the Grafana SDK.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from aiokafka import AIOKafkaConsumer
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
 ROOT = Path(__file__).resolve().parents[2]
-PIPELINE_ONLY = ("faust", "chdb", "clickhouse_connect", "grafana_foundation_sdk", "rocksdict")
+PIPELINE_ONLY = ("chdb", "clickhouse_connect", "grafana_foundation_sdk", "pydantic_settings")
 
 PUBLISH = """
 import asyncio, importlib.util, json, sys

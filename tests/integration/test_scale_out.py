@@ -83,8 +83,8 @@ def test_three_workers_one_killed_one_added_keep_the_ledger_exact(lab: FaultLab)
     for n in ("w1", "w3", "w4"):
         assert workers[n].running, f"{n} died:\n{workers[n].tail_log()}"
         assert workers[n].stop() == 0
-    # A stream agent that crashes is restarted by faust and the process lives on; it is
-    # still a defect (the batch in hand is abandoned mid-commit), so any crash fails here.
+    # A worker that hits an unexpected error stops without committing (exit 70) and is
+    # restarted by its supervisor; it is still a defect, so any crash fails here.
     crashes = {n: CRASH.findall(w.log_path.read_text(errors="replace")) for n, w in workers.items()}
     assert not any(crashes.values()), f"stream agents crashed: {crashes}"
     applied = {n: int(subprocess_query(settings[n].clickhouse_dsn)(COUNT)[0]["n"]) for n in names}

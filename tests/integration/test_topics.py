@@ -99,7 +99,7 @@ def test_a_changed_partition_count_is_refused_with_the_way_to_migrate(
     text = str(refused.value)
     assert f"{settings.topics.input} has 6" in text and "kept for 3 partitions" in text
     assert "new PRISM_CONSUMER_GROUP" in text and "rebuild --database" in text
-    # the worker says so in one line before faust starts, and exits non-zero
+    # the worker says so in one line before it joins the group, and exits non-zero
     env = {
         **os.environ,
         "PRISM_KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap,
