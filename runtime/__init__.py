@@ -22,6 +22,7 @@ Example::
 """
 
 from ._base import DEFAULT_CHANNEL_TOPIC, DEFAULT_TOPIC, PublishResult, Record, channel_topic_for
+from ._budget_guard import DEFAULT_BUDGET_TOPIC, BudgetGuard, Decision
 from ._buffer import FullPolicy
 from ._channel import ChannelEmitter
 from ._emitter import RunEmitter
@@ -33,11 +34,14 @@ from ._spool import FsyncPolicy, SpoolError
 from ._stats import PublisherStats
 
 __all__ = [
+    "DEFAULT_BUDGET_TOPIC",
     "DEFAULT_CHANNEL_TOPIC",
     "DEFAULT_LINGER_MS",
     "DEFAULT_MAX_BATCH_SIZE",
     "DEFAULT_TOPIC",
+    "BudgetGuard",
     "ChannelEmitter",
+    "Decision",
     "DeliveryFailed",
     "EventPublisher",
     "EventTooLarge",
