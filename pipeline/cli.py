@@ -62,6 +62,7 @@ COMMAND_MODULES = [
     "prism.pipeline.commands.grants",
     "prism.pipeline.commands.query",
     "prism.pipeline.commands.billing",
+    "prism.pipeline.commands.budgets",
     "prism.pipeline.commands.prices",
     "prism.pipeline.commands.report",
     "prism.pipeline.commands.traces",
