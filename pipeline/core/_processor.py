@@ -384,6 +384,9 @@ class Processor(KeyedProcessor[RunState]):
 
         Until then its facts stay, so an event claiming one of its seqs within the grace
         period is judged on the whole set (rule 10); later, such an event is quarantined.
+        A run no event has named a tenant for keeps its facts until its retention ends:
+        the first event that names one, even past the terminal, makes that tenant the
+        owner of all its rows (rule 11, ``classify``), which a tombstone cannot re-state.
         """
         run = self.runs.get(run_id)
         if run is None or not run.closed or run.tombstone is not None:
@@ -391,6 +394,8 @@ class Processor(KeyedProcessor[RunState]):
         cls = _classified(run)
         if cls.missing_count:
             return  # gaps may still fill; a later close attempt queues it again
+        if cls.meta.get("tenant_id") is None:
+            return  # an event may yet name the owner
         self._save(run_id)
         run.shrink(cls.meta)
         self._dirty.add(run_id)

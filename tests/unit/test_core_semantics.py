@@ -427,3 +427,36 @@ def test_intake_tick_skips_lanes_a_step_ticked_within_quiet_for():
     # a lane with input waiting is not quiet, however long ago it was stepped
     assert intake.quiet(NOW + 60, quiet_for=10, busy={1}) == [0]
     assert list(intake.tick(NOW + 60, quiet_for=10, busy={0})) == [1]
+
+
+def test_a_run_without_a_tenant_keeps_its_facts_so_a_later_event_can_name_the_owner():
+    """Rule 11 by the set (rule 10): a run whose events all omit the tenant up to its
+    terminal, then a second terminal that names one. Read before the run shrank, that event
+    makes its tenant the owner and is ``conflicting_terminal``; a tombstone without an owner
+    took it for ``tenant_mismatch`` and left the run on no tenant, so the ledger depended on
+    when the event came (found by the repartition property, where copies arrive late)."""
+    from prism.pipeline.core import InRecord, Intake
+    from tests.fixtures.final_ledger import FinalLedger
+
+    run = RunBuilder("r1").started().turn(1).finished().finished(finishReason="again")
+    for ev in run.events[:3]:
+        del ev["tenantId"]
+    later = RunBuilder("r2", start=T0 + timedelta(hours=1)).started()  # moves event time on
+    orders = {
+        "before": [*run.events, *later.events],
+        "after": [*run.events[:3], *later.events, run.events[3]],
+    }
+    seen = {}
+    for name, events in orders.items():
+        intake, ledger = Intake(CoreConfig(processing_grace=False)), FinalLedger()
+        for i, ev in enumerate(events):  # one line at a time: shrinks happen in between
+            ledger.add(intake.step(-1, [InRecord(orjson.dumps(ev), "f", -1, i)], NOW))
+            intake.commit(-1)
+        ledger.add(intake.finalize(NOW))
+        seen[name] = (
+            ledger.reasons(),
+            ledger.status("r1"),
+            ledger.tables["runs"][("r1",)].tenant_id,
+        )
+    assert seen["after"] == seen["before"] == ({"r1-e3": "conflicting_terminal"}, "succeeded",
+                                                "acme")  # fmt: skip
