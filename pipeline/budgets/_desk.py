@@ -100,6 +100,8 @@ class BudgetDesk:
         self.late = 0
         self.dropped = 0
         self._sent: dict[str, bytes] = {}  # scope id -> last state value produced
+        self._horizon_us = _NEVER  # rows before this are dropped (``_horizon``)
+        self._kept: list[int] = []  # ``_keep`` at the last prune
 
     def expect(self, lanes: Collection[int]) -> None:
         """The lanes the watermark waits for (the input's partitions)."""
@@ -127,7 +129,7 @@ class BudgetDesk:
                 old = self.rows.get(r.event_id)
                 if old is not None and r.version <= old[0].version:
                     continue
-                if r.ts_us < self._horizon() and old is None:
+                if r.ts_us < self._horizon_us and old is None:
                     self.dropped += 1
                     continue
                 eff = r.ts_us
@@ -299,24 +301,29 @@ class BudgetDesk:
 
         return f"top runs: {best(runs)}; top models: {best(models)}"
 
-    def _horizon(self) -> int:
-        """Rows before this are dropped: older than the period before the settled one."""
+    def _keep(self) -> list[int]:
+        """Per budget, the start of the period before the settled one: older periods are
+        forgotten."""
+        out = []
+        for b in self.budgets:
+            start, _ = period_bounds(b.period, b.tz, self.decided_us)
+            out.append(period_bounds(b.period, b.tz, start - 1)[0])
+        return out
+
+    def _horizon(self, keep: list[int] | None = None) -> int:
+        """Rows before this are dropped: older than every budget's kept periods."""
         if self.decided_us == _NEVER:
             return _NEVER
         if not self.budgets:
             return self.decided_us
-        starts = []
-        for b in self.budgets:
-            start, _ = period_bounds(b.period, b.tz, self.decided_us)
-            starts.append(period_bounds(b.period, b.tz, start - 1)[0])
-        return min(starts)
+        return min(self._keep() if keep is None else keep)
 
     def _prune(self) -> None:
-        horizon = self._horizon()
-        keep: dict[int, int] = {}
-        for i, b in enumerate(self.budgets):
-            start, _ = period_bounds(b.period, b.tz, self.decided_us)
-            keep[i] = period_bounds(b.period, b.tz, start - 1)[0]
+        keep = self._keep()
+        if keep == self._kept and self.budgets:
+            return  # no period left since the last time
+        self._kept = keep
+        horizon = self._horizon_us = self._horizon(keep)
         for key in [k for k in self.periods if k[1] < keep[k[0]]]:
             del self.periods[key]
         for key in [k for k in self.fired if k[1] < keep[k[0]]]:
@@ -396,6 +403,9 @@ class BudgetDesk:
                 desk.fired.setdefault((index[scope_id], start), {})[label] = at
                 if resolved:
                     desk.resolved.add((index[scope_id], start))
+        if desk.decided_us != _NEVER:
+            desk._kept = desk._keep()
+            desk._horizon_us = desk._horizon(desk._kept)
         with localcontext(_EXACT):
             for v in d["rows"]:
                 row = SpendRow.from_list(v[:-1])

@@ -214,3 +214,45 @@ def test_alerts_and_settled_spend_are_a_function_of_the_set(
         start = period_bounds(b.period, b.tz, desk.decided_us)[0]
         assert Decimal(value["spent"]) == spent.get((b.scope_id, start), Decimal(0))
         assert value["spent"] == value["provisional"]  # the stream ended: all is settled
+
+
+@settings(max_examples=150, deadline=None)
+@given(fleets(), st.data())
+def test_late_rows_never_reopen_or_repeat_an_alert_and_still_count_in_their_period(
+    case: tuple[list[SpendRow], list[list[Item]]], data: st.DataObject
+) -> None:
+    """Reports that do not hold the watermark for rows still to come (a lane that ran
+    ahead): rows arrive late, yet each alert fires at most once, resolves only after it
+    fired, and the last period's settled spend is still the whole set's."""
+    latest, streams = case
+    lanes = len(streams)
+    desk = BudgetDesk(BUDGETS, data.draw(st.sampled_from([0.0, 60.0, 3600.0])), range(lanes))
+    sent = [item for s in streams for item in s]
+    sent = data.draw(st.permutations(sent))  # lanes' items out of order: marks run ahead
+    alerts = []
+    for kind, item in sent:
+        if kind == "row":
+            assert isinstance(item, SpendRow)
+            desk.observe([item])
+        else:
+            lane, report = item  # type: ignore[misc]
+            desk.report(lane, LaneReport(report.mark_us, None))  # holds nothing back
+        alerts += desk.decide()
+        if data.draw(st.booleans()):
+            desk = BudgetDesk.from_bytes(desk.to_bytes(), BUDGETS)
+    for lane in range(lanes):
+        mark = desk.lanes[lane].mark_us if lane in desk.lanes else 0
+        desk.report(lane, LaneReport(mark, None, idle=True, quiet=True))
+    alerts += desk.decide()
+    firing = [r.alert_id for r in alerts if r.state == "firing"]
+    resolved = [r.alert_id for r in alerts if r.state == "resolved"]
+    assert len(set(firing)) == len(firing)
+    assert len(set(resolved)) == len(resolved)
+    assert set(resolved) <= set(firing)
+    event(f"late: {min(desk.late, 5)}")
+    _, _, spent = oracle(latest, desk.watermark_us)
+    for rec in desk.states(changed_only=False):
+        value = orjson.loads(rec.value)
+        b = next(b for b in BUDGETS.budgets if b.scope_id == rec.key.decode())
+        start = period_bounds(b.period, b.tz, desk.decided_us)[0]
+        assert Decimal(value["spent"]) == spent.get((b.scope_id, start), Decimal(0))
