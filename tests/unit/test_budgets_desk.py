@@ -232,3 +232,37 @@ def test_spend_records_round_trip_and_the_exhaustion_alerter_skips_them() -> Non
     }
     assert desk.lanes == {0: LaneReport(5)}
     assert decode_alerter_input(values) == ([], {0: LaneReport(5)})
+
+
+def test_the_price_book_prices_a_reported_row_without_cost_as_billing_does() -> None:
+    from prism.pipeline.budgets import PriceBook
+    from prism.schemas import UsageRow
+    from prism.sinks import PriceRow
+
+    def price(kind: str, unit: str, since: str, currency: str = "USD") -> PriceRow:
+        return PriceRow("p", "m1", kind, currency, datetime.fromisoformat(since), Decimal(unit))
+
+    book = PriceBook(
+        [
+            price("input", "3", "2026-11-01T00:00:00+00:00"),
+            price("input", "2", "2026-11-20T00:00:30+00:00"),  # after the row: not used
+            price("output", "15", "2026-11-01T00:00:00+00:00"),
+            price("cache_read", "0.3", "2026-11-01T00:00:00+00:00"),
+            price("cache_write", "3.75", "2026-11-01T00:00:00+00:00"),
+        ]
+    )
+    usage = UsageRow(
+        event_id="e", run_id="r", seq=1, tenant_id="acme", account_id=None, provider="p",
+        model="m1", scope="provider_turn", turn=1, attempt=1, entry_id=None,
+        input_tokens=1000, output_tokens=50, total_tokens=None, cache_read_tokens=200,
+        cache_write_tokens=100, cost=None, currency=None, estimated=False, confidence=None,
+        recorded_at=T0,
+    )  # fmt: skip
+    # 700 uncached input at 3, 50 output at 15, 200 read at 0.3, 100 written at 3.75 per 1M
+    assert book.price(usage) == (Decimal("0.002100") + Decimal("0.000750") + Decimal("0.00006")
+                                 + Decimal("0.000375"), "USD")  # fmt: skip
+    usage.model = "m2"
+    assert book.price(usage) is None  # the book does not price it: unpriced
+    usage.model, usage.cache_write_tokens = "m1", None
+    usage.currency = "EUR"
+    assert book.price(usage) is None  # no EUR prices for m1
