@@ -418,7 +418,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         _log(f"load ended: {_progress(t0, pub, watch, chaos, t.input)}; undoing the last fault")
         if not chaos.stop():
             raise RuntimeError("the chaos driver did not undo its last fault within 240s")
-        drained = _drain(watch, pool, args.drain_timeout)
+        drained = _drain(watch, pool, args.drain_timeout or max(300.0, args.minutes * 60))
         # the published topics at their ends; the workers' own up to where they were then
         settled = {k: v for k, v in watch.positions.items() if k[0] in plain}
         settled.update({k: (v, v) for k, v in watch.targets.items()})
@@ -611,10 +611,16 @@ def main(argv: list[str] | None = None) -> int:
         metavar="A,B",
         help=f"the faults to inject, of {', '.join(ACTIONS)} (none: a control run)",
     )
-    p.add_argument("--drain-timeout", type=float, default=600.0, help="seconds to drain after")
+    p.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=None,
+        help="seconds the group may take to drain after the load (default: 300, "
+        "or the load's planned length if longer)",
+    )
     p.add_argument("--state-dir", type=Path, default=Path(".data/soak"))
     p.add_argument("--json", type=Path, default=None, help="also write the verdict here")
-    args = p.parse_args(argv)  # fmt: skip
+    args = p.parse_args(argv)
     # The watch and the publisher ride out a dead broker; aiokafka would log each attempt.
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     args.actions = tuple(a for a in args.faults.split(",") if a and a != "none")
