@@ -13,8 +13,9 @@ of it holds.
 
 Example::
 
-    python -m prism.devstack.soak --minutes 10 --seed 7     # make soak
-    python -m prism.devstack.soak --minutes 0.5 --json verdict.json
+    python -m prism.devstack.soak                 # make soak: 10 minutes, seed 1
+    python -m prism.devstack.soak --minutes 0.75 --rate 1500 --seed 2 --json verdict.json
+    python -m prism.devstack.soak --faults none --foreign-key-share 0   # a control run
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ def _simulate(runs: int, seed: int, out: Path) -> None:
 
     from .demo import fleet_config
 
-    fleet = simulate(fleet_config(runs, seed, 12))
+    fleet = simulate(fleet_config(runs, seed, 12))  # the demo's fleet, a burst of 12 deaths
     write_manifest(fleet, out / "manifest.json")
     quarantined = fleet.manifest.get("quarantined_events", {})
     with open(out / "records.pickle", "wb") as f:
@@ -145,6 +146,11 @@ class Publisher:
         async def ship(where: tuple[str, int]) -> None:
             builder, _, _ = batches.pop(where)
             futures.append(await producer.send_batch(builder, where[0], partition=where[1]))
+            if len(futures) >= 20_000:  # keep the undelivered ones; raise a failed delivery
+                for fut in futures:
+                    if fut.done():
+                        fut.result()
+                futures[:] = [fut for fut in futures if not fut.done()]
 
         self.started = time.monotonic()
         try:
@@ -161,7 +167,8 @@ class Publisher:
                                 await ship(w)
                             await asyncio.sleep(0.005)
                         ps = parts[family]
-                        key, p = self._keyed(key, value, ps, home(family, key, ps))
+                        at = home(family, key, ps)
+                        key, p = self._keyed(key, value, ps, at, partitioner)
                         where = (topics[family], p)
                         for _ in range(2):
                             b = batches.get(where)
@@ -181,21 +188,22 @@ class Publisher:
             self.ended = time.monotonic()
             await producer.stop()
 
-    def _keyed(self, key: bytes, value: bytes, parts: list[int], at: int) -> tuple[Any, int]:
+    def _keyed(
+        self, key: bytes, value: bytes, parts: list[int], at: int, hash_of: Callable[..., int]
+    ) -> tuple[bytes | None, int]:
         """The key and partition a record goes out with: its own, or another producer's."""
         if self.share <= 0 or self.rng.random() >= self.share:
             return key, at
         how = self.rng.choice(sorted(self.foreign))
-        self.foreign[how] += 1
         found = _EVENT_ID.search(value)
-        if how == "event_id_key" and found:
-            k = found.group(1)
-            from aiokafka.partitioner import murmur2
-
-            return k, parts[(murmur2(k) & 0x7FFFFFFF) % len(parts)]
-        if how == "other_partition" and len(parts) > 1:
-            return key, self.rng.choice([p for p in parts if p != at])
-        return None, self.rng.choice(parts)
+        if how == "event_id_key" and found:  # a producer keyed by event id
+            out: tuple[bytes | None, int] = found.group(1), hash_of(found.group(1), parts, parts)
+        elif how == "other_partition" and len(parts) > 1:  # one that picks partitions itself
+            out = key, self.rng.choice([p for p in parts if p != at])
+        else:  # no key: a partition of the client's choosing
+            how, out = "null_key", (None, self.rng.choice(parts))
+        self.foreign[how] += 1
+        return out
 
     def stop(self) -> None:
         self._stop.set()
