@@ -4,11 +4,13 @@ The rules, applied in this order to the distinct valid events of one ``runId`` (
 ``eventId`` seen again is a duplicate and changes nothing), in the order the pipeline
 first sees them:
 
-a, b. Walking the seqs upwards: of the events claiming a ``seq``, the first to arrive
-   that agrees with the owner holds it; the others are ``tenant_mismatch`` (another
-   tenant than the owner's) or ``duplicate_seq`` (rule 1: a later claim changes nothing).
-   The owner is the ``tenantId`` of the lowest holder carrying one; events omitting it
-   inherit it. ``accountId``/``userId`` come from the lowest accepted event carrying them.
+a, b. Walking the seqs upwards: of the events claiming a ``seq`` that agree with the
+   owner, the first to arrive holds it, unless another with the same ``tenantId`` field
+   (a duplicate) has a smaller ``eventId``: then that one does (rule 10: which duplicate
+   counts cannot depend on arrival). The others are ``tenant_mismatch`` (another tenant
+   than the owner's) or ``duplicate_seq`` (rule 1). The owner is the ``tenantId`` of the
+   lowest holder carrying one; events omitting it inherit it. ``accountId``/``userId``
+   come from the lowest accepted event carrying them.
 c. The terminal is the holder with the smallest ``seq`` among terminal types; holders
    above it are ``conflicting_terminal`` (terminal type) or ``post_terminal``.
 d. Reported ``provider_turn`` usage rows, in ``seq`` order: a row whose ``(turn,
@@ -77,27 +79,29 @@ class RunTruth:
 def judge_run(run_id: str, events: list[dict[str, Any]]) -> RunTruth:
     """Apply rules a-e to the distinct valid events of one run."""
     truth = RunTruth(run_id)
-    # ``events`` come in the order the pipeline first sees them: between different events
-    # claiming one seq, the first to arrive holds it (rule 1: the later claim changes nothing)
+    # ``events`` come in the order the pipeline first sees them: between claims of one seq
+    # by different tenants the first to arrive holds it; between duplicates, the smaller id
     arrival = {ev["eventId"]: i for i, ev in enumerate(events)}
     ordered = sorted(events, key=lambda ev: (int(ev["seq"]), arrival[ev["eventId"]]))
     owner: str | None = None
-    holders: list[dict[str, Any]] = []
-    held: set[int] = set()
+    by_seq: dict[int, dict[str, Any]] = {}
     for ev in ordered:  # a, b. walking seqs upwards: the owner, one holder per seq
-        tenant = ev.get("tenantId")
-        agrees = tenant is None or owner is None or tenant == owner
-        if int(ev["seq"]) not in held and agrees:
-            holders.append(ev)
-            held.add(int(ev["seq"]))
+        tenant, seq = ev.get("tenantId"), int(ev["seq"])
+        holder = by_seq.get(seq)
+        if not (tenant is None or owner is None or tenant == owner):
+            truth.quarantined[ev["eventId"]] = "tenant_mismatch"
+        elif holder is None:
+            by_seq[seq] = ev
             if owner is None:
                 owner = tenant
-        elif not agrees:
-            truth.quarantined[ev["eventId"]] = "tenant_mismatch"
+        elif ev["eventId"] < holder["eventId"] and tenant == holder.get("tenantId"):
+            truth.quarantined[holder["eventId"]] = "duplicate_seq"
+            by_seq[seq] = ev
         else:
             truth.quarantined[ev["eventId"]] = "duplicate_seq"
+    holders = [by_seq[seq] for seq in sorted(by_seq)]
     truth.owner = owner
-    truth.held_seqs = {int(ev["seq"]) for ev in holders}
+    truth.held_seqs = set(by_seq)
     terminal = next((ev for ev in holders if ev["type"] in TERMINAL_TYPES), None)
     truth.terminal = terminal
     kept = []
