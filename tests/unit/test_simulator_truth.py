@@ -83,15 +83,17 @@ def test_a_higher_seq_delivered_before_the_terminal_is_post_terminal_and_never_b
     assert m["runs"]["P"]["missing_seqs"] == []
 
 
-def test_per_seq_the_first_event_to_arrive_holds_the_seq() -> None:
-    f = Runs()
-    f.emit("S", 0, "agent_started", event_id="s0")
-    f.emit("S", 1, "usage_recorded", row(1, {**PRICED, "cost": "0.500000"}), at=1, event_id="s1-b")
-    f.emit("S", 1, "usage_recorded", row(1, PRICED), at=1, event_id="s1-a")  # arrives second
-    f.emit("S", 2, "agent_finished", at=2, event_id="s2")
-    m = manifest(f)
-    assert m["quarantined_events"] == {"s1-a": "duplicate_seq"}
-    assert m["tenants"]["acme"]["billable"]["cost"] == {"USD": "0.500000"}
+def test_per_seq_the_smaller_event_id_holds_the_seq_whatever_arrives_first() -> None:
+    for first, second in (("s1-b", "s1-a"), ("s1-a", "s1-b")):
+        f = Runs()
+        f.emit("S", 0, "agent_started", event_id="s0")
+        cost = {"s1-b": {**PRICED, "cost": "0.500000"}, "s1-a": PRICED}
+        f.emit("S", 1, "usage_recorded", row(1, cost[first]), at=1, event_id=first)
+        f.emit("S", 1, "usage_recorded", row(1, cost[second]), at=1, event_id=second)
+        f.emit("S", 2, "agent_finished", at=2, event_id="s2")
+        m = manifest(f)
+        assert m["quarantined_events"] == {"s1-b": "duplicate_seq"}
+        assert m["tenants"]["acme"]["billable"]["cost"] == {"USD": PRICED["cost"]}
 
 
 def test_one_reported_usage_per_turn_attempt() -> None:
