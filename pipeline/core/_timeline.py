@@ -68,6 +68,9 @@ class RunView:
     children: dict[str, dict[str, Any]] = field(default_factory=dict)
     clamps: list[dict[str, Any]] = field(default_factory=list)
     terminal: dict[str, Any] | None = None
+    # an accepted event was stamped beyond the clock plus the skew (rule 14): a quarantined
+    # one changes nothing (rule 2), so a late one read from a tombstone would not show it
+    clock_skew: bool = False
 
     @property
     def cache_hit_rate(self) -> float | None:
@@ -99,6 +102,8 @@ def view_of(run: RunState, cls: Classified) -> RunView:
         f = run.facts[eid]
         t, d = f["t"], f["d"]
         ts = f["ts"]
+        if "k" in f:
+            view.clock_skew = True
         if view.first_us is None or ts < view.first_us:
             view.first_us = ts
         if view.last_us is None or ts > view.last_us:
@@ -223,7 +228,7 @@ def run_row(run: RunState, view: RunView, *, timeline: bool) -> RunRow:
         missing_ranges=view.cls.missing,
         missing_count=view.cls.missing_count,
         usage_mismatch=view.usage_mismatch,
-        clock_skew=run.clock_skew,
+        clock_skew=view.clock_skew,
         event_count=len(view.cls.accepted),
         max_seq=view.cls.accepted[-1][0] if view.cls.accepted else -1,
         closed=run.closed,
@@ -287,7 +292,7 @@ def closed_record(run: RunState, view: RunView) -> dict[str, Any]:
             "ranges": [list(r) for r in view.cls.missing],
             "count": view.cls.missing_count,
         },
-        "clockSkew": run.clock_skew,
+        "clockSkew": view.clock_skew,
         "usage": {
             "reported": _sum_usage(reported),
             "estimated": _sum_usage(estimated),

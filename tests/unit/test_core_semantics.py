@@ -460,3 +460,31 @@ def test_a_run_without_a_tenant_keeps_its_facts_so_a_later_event_can_name_the_ow
         )
     assert seen["after"] == seen["before"] == ({"r1-e3": "conflicting_terminal"}, "succeeded",
                                                 "acme")  # fmt: skip
+
+
+def test_a_quarantined_event_stamped_beyond_the_clock_does_not_flag_its_run():
+    """Rule 14 flags a run for an applied event stamped beyond the clock; a post-terminal
+    one changes nothing (rule 2), as the simulator's truth says. The run's row said
+    ``clock_skew`` when the event came while the run was whole, and not when it came after
+    the run shrank to a tombstone (found by the repartition property)."""
+    from prism.pipeline.core import InRecord, Intake
+    from tests.fixtures.final_ledger import FinalLedger
+
+    run = RunBuilder("r1").started().turn(1).finished()
+    run.add("agent_finished", {"finishReason": "again"}, ts=T0.replace(year=2199))
+    skewed_run = RunBuilder("r3").started().finished()
+    skewed_run.events[1]["ts"] = T0.replace(year=2199).isoformat()  # its terminal: applied
+    later = RunBuilder("r2", start=T0 + timedelta(hours=1)).started()  # moves event time on
+    orders = {
+        "before": [*run.events, *skewed_run.events, *later.events],
+        "after": [*run.events[:3], *later.events, run.events[3], *skewed_run.events],
+    }
+    seen = {}
+    for name, events in orders.items():
+        intake, ledger = Intake(CoreConfig(processing_grace=False)), FinalLedger()
+        for i, ev in enumerate(events):
+            ledger.add(intake.step(-1, [InRecord(orjson.dumps(ev), "f", -1, i)], NOW))
+            intake.commit(-1)
+        ledger.add(intake.finalize(NOW))
+        seen[name] = {r.run_id: r.clock_skew for r in ledger.rows("runs")}
+    assert seen["before"] == seen["after"] == {"r1": False, "r2": False, "r3": True}
