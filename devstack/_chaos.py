@@ -136,6 +136,14 @@ class WorkerPool:
             except (OSError, ValueError):
                 pass  # it just exited
 
+    def kill_all(self) -> None:
+        """SIGKILL every worker (a SIGSTOPped one too): the soak is being torn down."""
+        with self.lock:
+            for s in self.slots:
+                s.expected_down = True
+                if s.proc is not None:
+                    s.proc.kill()
+
     def stop_all(self, timeout: float = 60.0) -> dict[str, int]:
         """SIGCONT then SIGTERM every worker; their exit codes."""
         with self.lock:  # not held while they stop: the watch reads their logs meanwhile
@@ -405,12 +413,18 @@ class Chaos:
     actions: tuple[str, ...] = ACTIONS
     log: Callable[[str], None] = print
     done: list[str] = field(default_factory=list)
+    closing: bool = False  # torn down: restart nothing
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="chaos", daemon=True)
         self._thread.start()
+
+    def abort(self, timeout: float) -> bool:
+        """Stop without restarting what the fault in hand stopped (the soak is torn down)."""
+        self.closing = True
+        return self.stop(timeout)
 
     def stop(self, timeout: float = 240.0) -> bool:
         """Stop after the fault in hand is undone; False if it did not end in time."""
@@ -439,6 +453,8 @@ class Chaos:
                 self.log(f"chaos: {line}")
 
     def _settle(self, n: int) -> str:
+        if self._stop.is_set():  # the load is over: the drain waits for the group instead
+            return ""
         ok = self.watch.wait_stable(n, 120)
         return "" if ok else f"; group not stable with {n} members within 120s"
 
@@ -451,7 +467,8 @@ class Chaos:
         try:
             self._pause(rng, 1.0, 4.0)
         finally:
-            self.pool.start(slot)
+            if not self.closing:
+                self.pool.start(slot)
         return f"{slot.name} SIGKILLed, restarted" + self._settle(len(self.pool.live(99)))
 
     def kill_worker(self, rng: random.Random) -> str:
@@ -498,7 +515,10 @@ class Chaos:
             self._pause(rng, 2.0, 6.0)
         finally:
             started = time.monotonic()
-            self.cluster.start(node, timeout=120)
+            if not self.closing:
+                self.cluster.start(node, timeout=120)
         back = time.monotonic() - started
+        if self.closing:
+            return f"node {node} SIGKILLed, left down (the soak is torn down)"
         synced = self.cluster.wait_in_sync([self.input_topic], timeout=120)
         return f"node {node} SIGKILLed, back in {back:.0f}s, in sync {synced:.0f}s later"

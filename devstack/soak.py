@@ -52,6 +52,7 @@ __all__ = ["main"]
 
 SESSION_TIMEOUT_S = 10.0
 STALL_BOUND_S = 45.0
+DRAIN_RATE = 1000.0  # events/s: the slowest drain of the backlog left after the load
 EVENTS_PER_RUN = 15.3  # what the demo's fleet averages, to size a fleet for a rate
 _CHUNK = 20_000
 _EVENT_ID = re.compile(rb'"eventId":"([^"]+)"')
@@ -318,6 +319,9 @@ class _Interrupted(Exception):
 
 
 def _interrupt(signum: int, frame: Any) -> None:
+    """The first SIGTERM/SIGINT stops the soak; later ones would cut its clean-up short."""
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, signal.SIG_IGN)
     raise _Interrupted(signal.Signals(signum).name)
 
 
@@ -426,7 +430,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         _log(f"load ended: {_progress(t0, pub, watch, chaos, t.input)}; undoing the last fault")
         if not chaos.stop():
             raise RuntimeError("the chaos driver did not undo its last fault within 240s")
-        drained = _drain(watch, pool, args.drain_timeout or max(300.0, args.minutes * 60))
+        backlog = _positions(watch.positions, t.input)[0]
+        drained = _drain(watch, pool, args.drain_timeout or max(300.0, backlog / DRAIN_RATE))
         # the published topics at their ends; the workers' own up to where they were then
         settled = {k: v for k, v in watch.positions.items() if k[0] in plain}
         settled.update({k: (v, v) for k, v in watch.targets.items()})
@@ -471,18 +476,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         return verdict
     finally:
         if chaos is not None:
-            chaos.stop(60)
+            chaos.abort(150)  # undoes nothing more: what it killed stays down
         if pub is not None:
             pub.stop()
         if pool is not None:
-            for s in pool.slots:
-                if s.pid is not None:
-                    os.kill(s.pid, signal.SIGCONT)
-                    if s.proc is not None:
-                        s.proc.kill()
+            pool.kill_all()
         if watch is not None:
             watch.stop()
         cluster.down()
+        if chaos is not None and not chaos.abort(150):  # it was still starting something
+            if pool is not None:
+                pool.kill_all()
+            cluster.down()
 
 
 def _worker_env(base: Settings) -> Callable[[str, Path], dict[str, str]]:
@@ -623,8 +628,8 @@ def main(argv: list[str] | None = None) -> int:
         "--drain-timeout",
         type=float,
         default=None,
-        help="seconds the group may take to drain after the load (default: 300, "
-        "or the load's planned length if longer)",
+        help="seconds the group may take to drain after the load (default: 300, or longer "
+        f"when the backlog left needs it at {DRAIN_RATE:,.0f} events/s)",
     )
     p.add_argument("--state-dir", type=Path, default=Path(".data/soak"))
     p.add_argument("--json", type=Path, default=None, help="also write the verdict here")
