@@ -231,9 +231,10 @@ class Intake:
     def hold(self, partition: int, ts_us: int | None) -> None:
         """The earliest event time of the forwarded copies still on their way to the
         partition's repartition partition (None: none): the watermark stays at it until
-        they are applied. A step that forwards lowers it itself; the shell sets it from
-        the copies it knows were produced and not yet stepped (``Forward.ts_us``), and
-        ``behind(partition, False, forwarded=True)`` releases it."""
+        they are applied. A step that forwards agent events lowers it itself (on the lane
+        numbered as the home partition); the shell sets it from the copies it knows were
+        produced and not yet stepped (``Forward.ts_us``), channel operations' included,
+        and ``behind(partition, False, forwarded=True)`` releases it."""
         self.clock.hold(forwarded_lane(partition), ts_us)
 
     def behind(self, partition: int, behind: bool, *, forwarded: bool = False) -> None:
@@ -508,9 +509,11 @@ class Intake:
         if f is None:
             return False
         out.forwards.append(f)
-        lane = forwarded_lane(f.partition)  # the copy is on its way there
-        held = self.clock.held(lane)
-        self.clock.hold(lane, f.ts_us if held is None else min(held, f.ts_us))
+        if not f.channel:  # the copy is on its way to that lane (a channel operation's
+            # lane is the shell's to number, and so to hold: ``hold``)
+            lane = forwarded_lane(f.partition)
+            held = self.clock.held(lane)
+            self.clock.hold(lane, f.ts_us if held is None else min(held, f.ts_us))
         out.forwarded[rec.partition] += 1
         out.patterns[f.pattern] += 1
         out.stats["forwarded"] += 1
