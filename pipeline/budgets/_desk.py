@@ -102,6 +102,12 @@ class BudgetDesk:
         self._sent: dict[str, bytes] = {}  # scope id -> last state value produced
         self._horizon_us = _NEVER  # rows before this are dropped (``_horizon``)
         self._kept: list[int] = []  # ``_keep`` at the last prune
+        self._last_span: dict[int, tuple[int, int]] = {}  # budget index -> a period
+        # tenant -> its budgets (index, budget, scope dimensions), so a row is matched
+        # only against the budgets of its own tenant
+        self._by_tenant: dict[str, list[tuple[int, Budget, list[tuple[str, str]]]]] = {}
+        for i, b in enumerate(self.budgets):
+            self._by_tenant.setdefault(b.scope.tenant, []).append((i, b, b.scope.items()))
 
     def expect(self, lanes: Collection[int]) -> None:
         """The lanes the watermark waits for (the input's partitions)."""
@@ -151,8 +157,8 @@ class BudgetDesk:
         if r.kind == "none" or r.tenant is None:
             return
         owner = r.owner()
-        for i, b in enumerate(self.budgets):
-            if not b.scope.matches(owner):
+        for i, b, dims in self._by_tenant.get(r.tenant, ()):
+            if any(owner[d] != v for d, v in dims):
                 continue
             amount, unconverted, at_risk = None, None, None
             if r.kind == "estimated":
@@ -165,7 +171,7 @@ class BudgetDesk:
                 amount = r.cost * rate
             else:
                 unconverted = (r.currency, r.cost)
-            span = period_bounds(b.period, b.tz, r.ts_us)
+            span = self._span_at(i, r.ts_us)
             yield i, b, span, _Entry(0, amount, unconverted, at_risk, r.run_id, r.model)
 
     def _add(self, r: SpendRow, eff: int) -> None:
@@ -255,8 +261,16 @@ class BudgetDesk:
         return rows
 
     def _span(self, key: tuple[int, int]) -> tuple[int, int]:
-        b = self.budgets[key[0]]
-        return period_bounds(b.period, b.tz, key[1])
+        return self._span_at(key[0], key[1])
+
+    def _span_at(self, i: int, ts_us: int) -> tuple[int, int]:
+        """The period of budget ``i`` holding ``ts_us`` (the last one found is reused)."""
+        last = self._last_span.get(i)
+        if last is not None and last[0] <= ts_us < last[1]:
+            return last
+        b = self.budgets[i]
+        span = self._last_span[i] = period_bounds(b.period, b.tz, ts_us)
+        return span
 
     def _sweep(self, key: tuple[int, int], p: _Period, until: int) -> list[AlertRow]:
         """Settle the period's entries up to ``until``; fire each threshold at the time the
