@@ -27,10 +27,9 @@ Example::
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Context, Decimal, localcontext
-from typing import Any
 
 import orjson
 
@@ -38,14 +37,12 @@ from prism.pipeline.core import LaneReport, OutRecord
 from prism.schemas import AlertRow
 
 from ._config import Budget, Budgets
-from ._errors import BudgetStateError
 from ._period import period_bounds
 from ._records import budget_alert, money, state_record, state_value
 from ._spend import SpendRow, decode_budget_input
 
-__all__ = ["STATE_FORMAT", "BudgetDesk"]
+__all__ = ["BudgetDesk"]
 
-STATE_FORMAT = 1  # the version of ``BudgetDesk.to_bytes``
 _NEVER = -(1 << 62)
 _EXACT = Context(prec=80)  # sums stay exact, so they do not depend on the order of adding
 
@@ -100,6 +97,7 @@ class BudgetDesk:
         self.late = 0
         self.dropped = 0
         self._sent: dict[str, bytes] = {}  # scope id -> last state value produced
+        self._dirty: set[str] = set()  # event ids changed since the last ``state_writes``
         self._horizon_us = _NEVER  # rows before this are dropped (``_horizon``)
         self._kept: list[int] = []  # ``_keep`` at the last prune
         self._last_span: dict[int, tuple[int, int]] = {}  # budget index -> a period
@@ -146,6 +144,7 @@ class BudgetDesk:
                 if old is not None:
                     self._remove(old[0])
                 self.rows[r.event_id] = (r, eff)
+                self._dirty.add(r.event_id)
                 self._add(r, eff)
 
     def report(self, lane: int, report: LaneReport) -> None:
@@ -345,6 +344,7 @@ class BudgetDesk:
             self.resolved.discard(key)
         for eid in [eid for eid, (r, _) in self.rows.items() if r.ts_us < horizon]:
             del self.rows[eid]
+            self._dirty.add(eid)
 
     # -- output ---------------------------------------------------------------------------
     def states(self, *, changed_only: bool = True) -> list[OutRecord]:
@@ -370,59 +370,32 @@ class BudgetDesk:
                 out.append(state_record(b, value, self.decided_us))
         return out
 
-    # -- state ----------------------------------------------------------------------------
+    # -- state (``_state``: one record, or one record per row for a changelog) ---------
     def to_bytes(self) -> bytes:
-        """The desk's state (rows, decisions, lane reports); the budgets are not in it."""
-        return orjson.dumps(
-            {
-                "v": STATE_FORMAT,
-                "l": self.lateness_us,
-                "x": None if self.expected is None else sorted(self.expected),
-                "wm": self.watermark_us,
-                "d": self.decided_us,
-                "late": self.late,
-                "dropped": self.dropped,
-                "rows": [[*r.to_list(), eff] for r, eff in self.rows.values()],
-                "fired": [
-                    [self.budgets[k[0]].scope_id, k[1], label, at, k in self.resolved]
-                    for k, labels in self.fired.items()
-                    for label, at in labels.items()
-                ],
-                "lanes": [
-                    [lane, r.mark_us, r.pending_us, r.idle, r.quiet]
-                    for lane, r in self.lanes.items()
-                ],
-            }
-        )
+        """The desk's state in one record (rows, decisions, lane reports; not the budgets)."""
+        from ._state import dump
+
+        return dump(self)
 
     @classmethod
     def from_bytes(cls, raw: bytes, budgets: Budgets) -> BudgetDesk:
         """The desk ``to_bytes`` wrote, over ``budgets`` (a budget added since starts from
         the rows kept; one removed is forgotten). Another format version is refused."""
-        d: Any = orjson.loads(raw)
-        if not isinstance(d, dict) or d.get("v") != STATE_FORMAT:
-            version = d.get("v") if isinstance(d, dict) else None
-            raise BudgetStateError(
-                f"budget desk state of format {version!r} cannot be read (this version reads "
-                f"{STATE_FORMAT}); delete the desk's state record to start over"
-            )
-        desk = cls(budgets, d["l"] / 1_000_000, d["x"])
-        desk.watermark_us, desk.decided_us = d["wm"], d["d"]
-        desk.late, desk.dropped = d["late"], d["dropped"]
-        for lane, mark, pending, idle, quiet in d["lanes"]:
-            desk.lanes[lane] = LaneReport(mark, pending, idle, quiet)
-        index = {b.scope_id: i for i, b in enumerate(desk.budgets)}
-        for scope_id, start, label, at, resolved in d["fired"]:
-            if scope_id in index:
-                desk.fired.setdefault((index[scope_id], start), {})[label] = at
-                if resolved:
-                    desk.resolved.add((index[scope_id], start))
-        if desk.decided_us != _NEVER:
-            desk._kept = desk._keep()
-            desk._horizon_us = desk._horizon(desk._kept)
-        with localcontext(_EXACT):
-            for v in d["rows"]:
-                row = SpendRow.from_list(v[:-1])
-                desk.rows[row.event_id] = (row, v[-1])
-                desk._add(row, v[-1])
-        return desk
+        from ._state import load
+
+        return load(cls, raw, budgets)
+
+    def state_writes(self) -> dict[bytes, bytes | None]:
+        """The state records that changed since the last call, for a compacted changelog:
+        the desk's header (``STATE_KEY``) and one record per changed usage row (None: the
+        row was forgotten; delete its key). ``from_state`` reads them all back."""
+        from ._state import writes
+
+        return writes(self)
+
+    @classmethod
+    def from_state(cls, records: Mapping[bytes, bytes], budgets: Budgets) -> BudgetDesk:
+        """The desk whose ``state_writes`` left ``records`` (key -> latest value)."""
+        from ._state import load_records
+
+        return load_records(cls, records, budgets)

@@ -189,6 +189,13 @@ def test_state_round_trips_and_another_format_is_refused() -> None:
     assert [r.value for r in again.states(changed_only=False)] == [
         r.value for r in desk.states(changed_only=False)
     ]
+    changelog = {k: v for k, v in desk.state_writes().items() if v is not None}
+    assert len(changelog) == 3  # the header and one record per row
+    assert BudgetDesk.from_state(changelog, budgets()).to_bytes() == desk.to_bytes()
+    desk.observe([row("a", 1, "5", version=2)])
+    assert list(desk.state_writes()) == [b"budget-desk:row:a", b"budget-desk"]  # what changed
+    with pytest.raises(BudgetStateError, match="no header record 'budget-desk'"):
+        BudgetDesk.from_state({}, budgets())
     raw = orjson.loads(desk.to_bytes())
     with pytest.raises(BudgetStateError, match="format 0 cannot be read"):
         BudgetDesk.from_bytes(orjson.dumps(raw | {"v": 0}), budgets())
