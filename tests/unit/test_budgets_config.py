@@ -172,3 +172,16 @@ def test_a_day_in_utc_is_the_utc_day() -> None:
     lo, hi = period_bounds("day", ZoneInfo("UTC"), us("2026-11-20T13:00:00+00:00"))
     assert from_us(lo) == datetime(2026, 11, 20, tzinfo=UTC)
     assert hi - lo == 86400 * 1_000_000
+
+
+def test_the_package_exports_exactly_its_public_names() -> None:
+    import types
+
+    import prism.pipeline.budgets as package
+
+    public = {
+        name
+        for name, value in vars(package).items()
+        if not name.startswith("_") and not isinstance(value, types.ModuleType)
+    }
+    assert sorted(public) == sorted(package.__all__)
