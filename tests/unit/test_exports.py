@@ -20,6 +20,8 @@ PACKAGES = [
     "prism.pipeline.worker",
     "prism.pipeline.replay",
     "prism.pipeline.report",
+    "prism.pipeline.budgets",
+    "prism.pipeline.traces",
 ]
 
 
