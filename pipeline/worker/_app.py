@@ -156,7 +156,6 @@ class PipelineWorker:
     def stop(self) -> None:  # SIGTERM, SIGINT: after the batch in hand
         self._stopping = True
 
-    # -- the group's callbacks ----------------------------------------------------------
     async def revoked(self, tps: set[TopicPartition]) -> None:
         async with self._lock:
             self.rebalances += 1
@@ -183,7 +182,8 @@ class PipelineWorker:
                      " and the alerter" if self._deaths_held else "")  # fmt: skip
 
     async def _batch(self, fetched: dict[TopicPartition, list[InRecord]]) -> None:
-        deaths = fetched.pop(self._deaths, None)
+        start = self.alerts.position or 0  # a record below it was stepped (a stale fetch)
+        deaths = [r for r in fetched.pop(self._deaths, []) if r.offset >= start]
         if deaths and self._deaths_held:
             await self._alert_batch(deaths)
         steps: dict[bool, dict[int, list[InRecord]]] = {False: {}, True: {}}
