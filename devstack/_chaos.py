@@ -186,6 +186,8 @@ class GroupWatch:
     faults: list[Fault] = field(default_factory=list)
     errors: int = 0
     armed: bool = False
+    last_ok: float = 0.0  # when a poll last succeeded
+    blind: float = 0.0  # the longest time between two successful polls while armed
     _progress: dict[TP, float] = field(default_factory=dict)  # last progress seen
     _at: dict[TP, int] = field(default_factory=dict)  # committed offset at the last look
     targets: dict[TP, int] = field(default_factory=dict)  # offsets to reach (``wait_for``)
@@ -208,10 +210,16 @@ class GroupWatch:
     def arm(self, on: bool = True) -> None:
         """Measure stalls from now (a partition's clock starts at its first look)."""
         self._progress.clear()
+        self.last_ok = time.monotonic() if on else self.last_ok
         self.armed = on
 
     def _run(self) -> None:
-        asyncio.run(self._loop())
+        while not self._stop.is_set():  # whatever kills a loop, the next one looks again
+            try:
+                asyncio.run(self._loop())
+            except BaseException:
+                self.errors += 1
+                time.sleep(1.0)
 
     async def _loop(self) -> None:
         from aiokafka import AIOKafkaConsumer
@@ -227,19 +235,21 @@ class GroupWatch:
             )  # fmt: skip
             try:
                 for client in (admin, consumer, reader):
-                    await retry_transient(client.start, what="watch", bootstrap=self.bootstrap)
+                    start = retry_transient(client.start, what="watch", bootstrap=self.bootstrap)
+                    await asyncio.wait_for(start, 60)
                 while not self._stop.is_set():
                     started = time.monotonic()
                     await asyncio.wait_for(self._poll(admin, consumer, reader), 20)
+                    self._seen_ok(time.monotonic())
                     self.pool.sample_rss()
                     await asyncio.sleep(max(0.05, self.interval - (time.monotonic() - started)))
-            except Exception:  # a broker is down or moving: new clients, a moment later
-                self.errors += 1
+            except (Exception, asyncio.CancelledError):  # a broker is down or moving: new
+                self.errors += 1  # clients, a moment later
                 await asyncio.sleep(1.0)
             finally:
-                for closing in (reader.stop(), consumer.stop(), admin.close()):
-                    with contextlib.suppress(Exception):
-                        await asyncio.wait_for(closing, 10)
+                for close in (reader.stop, consumer.stop, admin.close):
+                    with contextlib.suppress(Exception, asyncio.CancelledError):
+                        await asyncio.wait_for(close(), 10)
 
     async def _poll(self, admin: Any, consumer: Any, reader: Any) -> None:
         from aiokafka import TopicPartition
@@ -321,6 +331,16 @@ class GroupWatch:
                 out[(tp.topic, tp.partition)] = (committed, limit)
         return out
 
+    def _seen_ok(self, now: float) -> None:
+        """A poll succeeded: note the longest the watch was blind while armed."""
+        if self.armed:
+            self.blind = max(self.blind, now - self.last_ok)
+        self.last_ok = now
+
+    def fresh(self, since: float) -> bool:
+        """Whether a poll succeeded after ``since`` (a decision needs a fresh look)."""
+        return self.last_ok > since
+
     def _moved(self, f: Fault) -> bool:
         """Every partition of ``f`` committed past its offset at the fault, or drained."""
         pos, at = self.positions, f.committed
@@ -371,9 +391,10 @@ class GroupWatch:
 
     def wait_stable(self, n: int, timeout: float) -> bool:
         """Wait until the group is stable with ``n`` members, each matched to a live worker."""
-        deadline = time.monotonic() + timeout
+        asked = time.monotonic()
+        deadline = asked + timeout
         while time.monotonic() < deadline and not self._stop.is_set():
-            if self.stable() == n and len(self.owners) == n:
+            if self.fresh(asked) and self.stable() == n and len(self.owners) == n:
                 return True
             time.sleep(0.5)
         return False

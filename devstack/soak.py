@@ -52,6 +52,7 @@ __all__ = ["main"]
 
 SESSION_TIMEOUT_S = 10.0
 STALL_BOUND_S = 45.0
+BLIND_BOUND_S = 30.0  # the longest the group may go unobserved for the figures to count
 DRAIN_RATE = 1000.0  # events/s: the slowest drain of the backlog left after the load
 EVENTS_PER_RUN = 15.3  # what the demo's fleet averages, to size a fleet for a rate
 _CHUNK = 20_000
@@ -338,6 +339,11 @@ def _progress(t0: float, pub: Publisher, watch: GroupWatch, chaos: Chaos | None,
         f"{time.monotonic() - t0:5.0f}s: offered {pub.sent:,} ({pub.rate_achieved:,.0f}/s), "
         f"lag {lag:,}, members {watch.stable() or watch.state or '-'}, rebalances "
         f"{watch.rebalances} (kept {watch.kept}), chaos actions {actions}"
+        + (
+            f"; the group last seen {ago:.0f}s ago"
+            if (ago := time.monotonic() - watch.last_ok) > 5
+            else ""
+        )
     )
 
 
@@ -359,7 +365,8 @@ def _drain(watch: GroupWatch, pool: WorkerPool, timeout: float, settle: float = 
         left = len(set(watch.targets) - watch.reached) if watch.targets else None
         if left == 0:
             return time.monotonic() - started
-        if left is None and plain and all(c >= e for c, e in plain.values()):
+        fresh = watch.fresh(time.monotonic() - 3.0)  # judged on a look of the last 3 s
+        if left is None and fresh and plain and all(c >= e for c, e in plain.values()):
             since = since or time.monotonic()
             if time.monotonic() - since >= settle:
                 watch.reach({k: e for k, (c, e) in pos.items() if k[0] not in watch.plain})
@@ -514,6 +521,7 @@ def _group_figures(watch: GroupWatch, t0: float) -> dict[str, Any]:
         "longest_stall_partition": list(where) if where else None,
         "longest_stall_from_s": round(since - t0, 1) if where else None,  # into the load
         "stall_bound_s": STALL_BOUND_S,
+        "watch_blind_s": round(watch.blind, 1),  # longest time without a look at the group
         "recoveries": [
             {"fault": f.kind, "s": None if f.recovered_s is None else round(f.recovered_s, 1)}
             for f in watch.faults
@@ -530,6 +538,8 @@ def _failures(v: dict[str, Any]) -> list[str]:
     out += ["offsets not accounted for"] * (not v["offsets_accounted"])
     if v["rebalances_kept"] < v["min_rebalances_kept"]:
         out.append(f"rebalances kept {v['rebalances_kept']} < {v['min_rebalances_kept']}")
+    if v["watch_blind_s"] > BLIND_BOUND_S:  # a stall or a rebalance may have gone unseen
+        out.append(f"the group was out of sight for {v['watch_blind_s']}s")
     if v["longest_stall_s"] >= v["stall_bound_s"]:
         out.append(f"a partition stalled {v['longest_stall_s']}s")
     missed = [r["fault"] for r in v["recoveries"] if r["s"] is None]
@@ -541,11 +551,12 @@ def _failures(v: dict[str, Any]) -> list[str]:
 
 def _join(slot: Slot, n: int, watch: GroupWatch, pool: WorkerPool, timeout: float = 180) -> None:
     """Wait until ``slot``'s worker is the ``n``-th member of a stable group, matched to it."""
-    deadline = time.monotonic() + timeout
+    started = time.monotonic()
+    deadline = started + timeout
     while time.monotonic() < deadline:
         if slot.pid is None:
             raise RuntimeError(f"worker {slot.name} exited at start:\n{_tails(pool)}")
-        if watch.stable() == n and len(watch.owners) == n:
+        if watch.fresh(started) and watch.stable() == n and len(watch.owners) == n:
             return
         time.sleep(0.5)
     raise RuntimeError(
@@ -574,7 +585,7 @@ def render_verdict(v: dict[str, Any]) -> str:
         f"{v['rebalances_kept']} (at least {v['min_rebalances_kept']})",
         f"longest stall of a partition with lag {v['longest_stall_s']}s "
         f"({v['longest_stall_partition']}, from {v['longest_stall_from_s']}s into the load; "
-        f"bound {v['stall_bound_s']:.0f}s)",
+        f"bound {v['stall_bound_s']:.0f}s); the group unobserved {v['watch_blind_s']}s at most",
         f"recovery after {len(v['recoveries'])} faults: p50 {v['recovery_p50_s'] or '-'}s, "
         f"max {v['recovery_max_s'] or '-'}s",
         "chaos: " + ("; ".join(v["actions"]) or "none"),
