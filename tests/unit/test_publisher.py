@@ -39,6 +39,7 @@ def test_public_names_are_exactly_the_documented_surface() -> None:
         "InMemoryPublisher", "InvalidEvent", "PublishResult", "PublisherClosed",
         "PublisherError", "PublisherStats", "Record", "RunEmitter", "channel_topic_for",
         "new_event_id", "utc_now_rfc3339", "FsyncPolicy", "SpoolError",
+        "BudgetGuard", "Decision", "DEFAULT_BUDGET_TOPIC",
     }  # fmt: skip
     for name in runtime.__all__:
         assert getattr(runtime, name) is not None
