@@ -122,7 +122,6 @@ class PipelineWorker:
         self.marks = LaneMarks(t.lane_marks, kw)
         self._lock = asyncio.Lock()
         self.gc = GcPolicy()
-        settings.state_dir.mkdir(parents=True, exist_ok=True)
         self.telemetry = WorkerTelemetry(settings.state_dir / "worker-stats.json")
         self._tick_interval = max(1.0, settings.batch_max_seconds)
         self.rebalances = 0
@@ -167,6 +166,8 @@ class PipelineWorker:
 
     async def assigned(self, tps: set[TopicPartition]) -> None:
         async with self._lock:
+            if self._stopping:
+                return  # leaving the group: the next owners take these over
             try:
                 await self.slots.assigned(tps)
                 if self._deaths in tps:
@@ -178,8 +179,8 @@ class PipelineWorker:
             except Exception:
                 die("taking over the assigned partitions failed", log)
             self._report_figures()
-            log.info("assigned slots %s%s", sorted(self.slots.held),
-                     " and the alerter" if self._deaths_held else "")  # fmt: skip
+            held, alerter = sorted(self.slots.held), " and the alerter" * self._deaths_held
+            log.info("assigned slots %s%s", held, alerter)
 
     async def _batch(self, fetched: dict[TopicPartition, list[InRecord]]) -> None:
         start = self.alerts.position or 0  # a record below it was stepped (a stale fetch)
@@ -312,8 +313,7 @@ class PipelineWorker:
                 self.intake.behind(lane, waiting, forwarded=self.slots.forwarded(tp))
                 if tp.topic == self.topics.input:
                     self.telemetry.lag[p] = max(0, ends.get(tp, 0) - pos)
-        if self.gc.maybe_collect():
-            log.debug("full GC pass %d: %.3fs", self.gc.full_passes, self.gc.last_pause)
+        self.gc.maybe_collect()  # a full pass between batches, not inside one
         outs = self.intake.tick(now, self._tick_interval)
         out = Output()
         for lane, part in outs.items():

@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Collection, Iterable
+from collections.abc import Awaitable, Callable, Collection, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from aiokafka import TopicPartition
 from aiokafka.abc import ConsumerRebalanceListener
@@ -48,6 +48,8 @@ __all__ = [
 ]
 
 log = logging.getLogger("prism.worker")
+
+T = TypeVar("T")
 
 
 class CoPartitioningError(RuntimeError):
@@ -197,7 +199,8 @@ class KafkaGroupConsumer:
         )
 
     def seek(self, tp: TopicPartition, offset: int) -> None:
-        self._consumer.seek(tp, offset)
+        if self._consumer is not None:  # None: stopping, the next owner seeks for itself
+            self._consumer.seek(tp, offset)
 
     def assignment(self) -> set[TopicPartition]:
         if self._consumer is None:
@@ -231,7 +234,9 @@ class KafkaGroupConsumer:
         """The first offset still in each partition's log."""
         if not tps:
             return {}
-        starts = await self._consumer.beginning_offsets(list(tps))
+        starts = await self._retried(
+            lambda: self._consumer.beginning_offsets(list(tps)), "reading log start offsets"
+        )
         return {tp: int(o) for tp, o in starts.items()}
 
     async def committed(
@@ -240,18 +245,40 @@ class KafkaGroupConsumer:
         """The group's committed offset and metadata of each of ``tps`` that has one."""
         if not tps:
             return {}
-        if self._admin is None:
-            from aiokafka.admin import AIOKafkaAdminClient
 
-            admin = AIOKafkaAdminClient(**self.kwargs)
-            await admin.start()
-            self._admin = admin
-        found = await self._admin.list_consumer_group_offsets(self.group, partitions=list(tps))
+        async def fetch() -> Any:
+            if self._admin is None:
+                from aiokafka.admin import AIOKafkaAdminClient
+
+                admin = AIOKafkaAdminClient(**self.kwargs)
+                try:
+                    await admin.start()
+                except BaseException:
+                    await admin.close()
+                    raise
+                self._admin = admin
+            try:
+                return await self._admin.list_consumer_group_offsets(
+                    self.group, partitions=list(tps)
+                )
+            except Exception:  # a broken connection: a new admin client on the next try
+                admin, self._admin = self._admin, None
+                await admin.close()
+                raise
+
+        found = await self._retried(fetch, f"reading the committed offsets of {self.group}")
         return {
             tp: (int(om.offset), om.metadata or "")
             for tp, om in found.items()
             if om is not None and om.offset is not None and om.offset >= 0
         }
+
+    async def _retried(self, op: Callable[[], Awaitable[T]], what: str) -> T:
+        """``op`` with transient broker errors (a broker away, no leader) retried with
+        backoff: a takeover must not fail on a broker restart (``retry.retry_transient``)."""
+        return await retry_transient(
+            op, what=what, bootstrap=str(self.kwargs.get("bootstrap_servers", ""))
+        )
 
     async def stop(self) -> None:
         consumer, self._consumer = self._consumer, None

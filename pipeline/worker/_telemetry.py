@@ -198,6 +198,8 @@ class WorkerTelemetry:
         )
         self.stopping = False
         self.stats_path = stats_path
+        if stats_path is not None:
+            stats_path.parent.mkdir(parents=True, exist_ok=True)
         self.counts: Counter[str] = Counter()
         # figures the worker sets itself for the stats file (restores, fenced writes, ...)
         self.extra: dict[str, Any] = {}
