@@ -123,20 +123,25 @@ def test_a_second_worker_joining_then_leaving_keeps_the_ledger_exact(lab: FaultL
 
 
 @pytest.mark.timeout(180)
-def test_records_the_consumer_dropped_are_read_back_though_none_follow(lab: FaultLab) -> None:
+def test_records_the_consumer_dropped_are_got_back_and_stored_once(lab: FaultLab) -> None:
     """Records handed out by the consumer and dropped before they were stepped (the
-    ``drop_fetch`` fault) are not fetched again; with no later record of their partition
-    to show the gap, the worker must notice the consumer's position past its own."""
+    ``drop_fetch`` fault) are not fetched again: the worker must get them back by itself.
+
+    Which way depends on timing, and each is right: a later record of the partition shows
+    the gap (``the consumer skipped``), or none follows and the consumer's position stays
+    past the worker's (``were not delivered in``; ``tests/unit/test_worker_watch.py``
+    pins that path), or a rebalance right after the drop seeks the partition back to the
+    worker's position and the records come again. The ledger must hold every event once.
+    """
     fleet = simulate(FleetConfig(runs=60, seed=84))
-    s = lab.settings("w", undelivered_read_back_seconds=2.0)
-    lab.publish(fleet, s)  # all of it before the worker starts: one fetch per partition
+    s = lab.settings("w", undelivered_read_back_seconds=2.0).model_copy(
+        update={"batch_max_events": 10_000}
+    )
+    lab.publish(fleet, s)  # all of it before the worker starts
     w = lab.worker(s, "w", faults="drop_fetch:1")
     lab.drain(w, s, timeout=90, settle=3.0)  # and the stale run is declared incomplete
     [dropped] = fault_lines(w)
     assert dropped.startswith("drop_fetch: chunk 1 "), dropped
-    log = w.log_path.read_text(errors="replace")
-    assert "were not delivered in" in log, w.tail_log(30)
-    assert "the consumer skipped" not in log  # no later record gave the gap away
     assert w.stop() == 0
     report = ledger_report(s, lab.tmp)
     want = fleet.manifest["counts"]["applied_events"]
