@@ -33,7 +33,7 @@ from decimal import Context, Decimal, localcontext
 
 import orjson
 
-from prism.pipeline.core import LaneReport, OutRecord
+from prism.pipeline.core import LaneReport, OutRecord, reports_watermark
 from prism.schemas import AlertRow
 
 from ._config import Budget, Budgets
@@ -212,16 +212,9 @@ class BudgetDesk:
 
     # -- deciding -------------------------------------------------------------------------
     def watermark(self) -> int | None:
-        """The pipeline-wide watermark the lanes' reports give (None: not all reported)."""
-        if not self.lanes or (self.expected is not None and not self.expected <= set(self.lanes)):
-            return None
-        reports = [
-            r for lane, r in self.lanes.items() if self.expected is None or lane in self.expected
-        ]
-        top = max(r.mark_us for r in reports)
-        held = [r.mark_us - 1 for r in reports if not r.idle]
-        held += [r.pending_us - 1 for r in reports if r.pending_us is not None]
-        return min(top, *held) if held else top
+        """The pipeline-wide watermark the lanes' reports give (None: not all reported),
+        as the exhaustion alerter takes it."""
+        return reports_watermark(self.lanes, self.expected)
 
     def decide(self, *, final: bool = False) -> list[AlertRow]:
         """The firing and resolved rows at times the settled time (the watermark less the

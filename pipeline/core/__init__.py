@@ -24,6 +24,7 @@ from ._alerts import (
     death_record,
     decode_alerter_input,
     lane_record,
+    reports_watermark,
 )
 from ._channel_state import DUPLICATE_SEQ as _DUPLICATE_SEQ
 from ._channel_state import ILLEGAL_TRANSITION as _ILLEGAL_TRANSITION
@@ -90,6 +91,7 @@ __all__ = [
     "lane_record",
     "murmur2",
     "producer_pattern",
+    "reports_watermark",
     "seq_gaps",
     "store_isolating",
 ]

@@ -22,7 +22,7 @@ dropped uncounted (it cannot be told apart from a re-delivery of a death long fo
 from __future__ import annotations
 
 import bisect
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -42,6 +42,7 @@ __all__ = [
     "death_record",
     "decode_alerter_input",
     "lane_record",
+    "reports_watermark",
     "stale_alert",
 ]
 
@@ -126,17 +127,7 @@ class ExhaustionAlerter:
     # -- deciding -------------------------------------------------------------------------
     def watermark(self) -> int | None:
         """The pipeline-wide watermark the lanes' reports give (None: not all reported)."""
-        if not self.lanes or (self.expected is not None and not self.expected <= set(self.lanes)):
-            return None
-        reports = [
-            r for lane, r in self.lanes.items() if self.expected is None or lane in self.expected
-        ]
-        top = max(r.mark_us for r in reports)
-        # a lane still reading may yet send deaths at its mark, and a run waiting to close
-        # dies at its terminal's time: the watermark stays just before either
-        held = [r.mark_us - 1 for r in reports if not r.idle]
-        held += [r.pending_us - 1 for r in reports if r.pending_us is not None]
-        return min(top, *held) if held else top
+        return reports_watermark(self.lanes, self.expected)
 
     def decide(self, *, final: bool = False) -> list[AlertRow]:
         """The rows of every firing and resolving at times the watermark, less the allowed
@@ -308,6 +299,22 @@ def alert_record(row: AlertRow) -> OutRecord:
 
 
 # -- the limit-deaths topic: what the worker's partitions send the one alerter -------------
+
+
+def reports_watermark(
+    lanes: Mapping[int, LaneReport], expected: Collection[int] | None
+) -> int | None:
+    """The pipeline-wide watermark of the lanes' latest reports (rule 16); None until every
+    ``expected`` lane has reported. A lane still reading may yet send rows at its mark, and
+    a run waiting to close dies at its terminal's time: the watermark stays just before
+    either."""
+    if not lanes or (expected is not None and not set(expected) <= set(lanes)):
+        return None
+    reports = [r for lane, r in lanes.items() if expected is None or lane in expected]
+    top = max(r.mark_us for r in reports)
+    held = [r.mark_us - 1 for r in reports if not r.idle]
+    held += [r.pending_us - 1 for r in reports if r.pending_us is not None]
+    return min(top, *held) if held else top
 
 
 def death_record(death: LimitDeath) -> OutRecord:
