@@ -33,7 +33,7 @@ from decimal import Context, Decimal, localcontext
 
 import orjson
 
-from prism.pipeline.core import LaneReport, OutRecord, reports_watermark
+from prism.pipeline.core import LaneReport, OutRecord, decision_time, reports_watermark
 from prism.schemas import AlertRow
 
 from ._config import Budget, Budgets
@@ -220,17 +220,10 @@ class BudgetDesk:
         """The firing and resolved rows at times the settled time (the watermark less the
         allowed lateness; the watermark itself at ``final`` or when every lane is quiet
         with no run waiting to close) passed since the last call."""
-        wm = self.watermark()
-        if wm is not None:
-            self.watermark_us = max(self.watermark_us, wm)
-        elif not final:
-            return []
-        reports = self.lanes.values()
-        settled = final or (
-            bool(reports) and all(r.quiet and r.pending_us is None for r in reports)
+        self.watermark_us, until = decision_time(
+            self.lanes, self.expected, self.watermark_us, self.lateness_us, final=final
         )
-        until = self.watermark_us if settled else self.watermark_us - self.lateness_us
-        if until <= self.decided_us:
+        if until is None or until <= self.decided_us:
             return []
         rows: list[AlertRow] = []
         with localcontext(_EXACT):

@@ -40,6 +40,7 @@ __all__ = [
     "ExhaustionAlerter",
     "alert_record",
     "death_record",
+    "decision_time",
     "decode_alerter_input",
     "lane_record",
     "reports_watermark",
@@ -133,17 +134,10 @@ class ExhaustionAlerter:
         """The rows of every firing and resolving at times the watermark, less the allowed
         lateness, passed since the last call. ``final`` (end of input) and a stream whose
         every lane is quiet with no run waiting to close decide up to the watermark itself."""
-        wm = self.watermark()
-        if wm is not None:
-            self.watermark_us = max(self.watermark_us, wm)
-        elif not final:
-            return []
-        reports = self.lanes.values()
-        settled = final or (
-            bool(reports) and all(r.quiet and r.pending_us is None for r in reports)
+        self.watermark_us, until = decision_time(
+            self.lanes, self.expected, self.watermark_us, self.lateness_us, final=final
         )
-        until = self.watermark_us if settled else self.watermark_us - self.lateness_us
-        if until <= self.decided_us:
+        if until is None or until <= self.decided_us:
             return []
         rows: list[AlertRow] = []
         for key in sorted(self.keys):
@@ -315,6 +309,28 @@ def reports_watermark(
     held = [r.mark_us - 1 for r in reports if not r.idle]
     held += [r.pending_us - 1 for r in reports if r.pending_us is not None]
     return min(top, *held) if held else top
+
+
+def decision_time(
+    lanes: Mapping[int, LaneReport],
+    expected: Collection[int] | None,
+    watermark_us: int,
+    lateness_us: int,
+    *,
+    final: bool,
+) -> tuple[int, int | None]:
+    """The watermark after these reports (it never moves back), and the time a decider may
+    decide up to: the watermark less the allowed lateness, or the watermark itself at
+    ``final`` (end of input) or when every lane is quiet with no run waiting to close;
+    None while not every expected lane has reported."""
+    wm = reports_watermark(lanes, expected)
+    if wm is not None:
+        watermark_us = max(watermark_us, wm)
+    elif not final:
+        return watermark_us, None
+    reports = lanes.values()
+    settled = final or (bool(reports) and all(r.quiet and r.pending_us is None for r in reports))
+    return watermark_us, watermark_us if settled else watermark_us - lateness_us
 
 
 def death_record(death: LimitDeath) -> OutRecord:
