@@ -132,6 +132,12 @@ class Topics:
         return self.channel_operations + ".repartition"
 
     @property
+    def budget_state(self) -> str:
+        """Each spend budget's current state, compacted, keyed by scope id (CONTRACT.md,
+        "Outputs for runtimes and tracing tools"; docs/BUDGETS.md)."""
+        return self.input.removesuffix(".agent-events") + ".budget-state"
+
+    @property
     def slot_topics(self) -> tuple[str, str, str, str]:
         """The topics whose partition ``p`` one worker holds together (a slot)."""
         return (self.input, self.channel_operations, self.repartition, self.channel_repartition)
@@ -179,6 +185,9 @@ class Settings(BaseSettings):
     # None: the grace period
     allowed_lateness_seconds: float | None = Field(default=None, ge=0, le=_DAY, allow_inf_nan=False)
     alert_webhook_url: SecretUrl | None = None
+    # Spend budgets (docs/BUDGETS.md): a TOML or YAML budgets file; set, every lane sends its
+    # billed spend to the one budget desk beside the exhaustion alerter. None: no budgets.
+    budgets_file: Path | None = None
 
     # Channel alert rules written by `dashboards build` (open items, capacity denials)
     alert_channel_open_item_minutes: float = Field(
@@ -288,6 +297,23 @@ class Settings(BaseSettings):
             ok = False
         if not ok:
             raise ValueError("must be an http(s)://host[:port]/path URL")
+        return v
+
+    @field_validator("budgets_file", mode="before")
+    @classmethod
+    def _empty_file_is_unset(cls, v: Any) -> Any:
+        return None if isinstance(v, str) and not v.strip() else v
+
+    @field_validator("budgets_file")
+    @classmethod
+    def _budgets_file_reads(cls, v: Path | None) -> Path | None:
+        if v is not None:  # a bad file fails at start, named as its reader names it
+            from .budgets import BudgetConfigError, read_budgets
+
+            try:
+                read_budgets(v)
+            except BudgetConfigError as exc:
+                raise ValueError(str(exc)) from None
         return v
 
     @field_validator("redact_keys", mode="before")

@@ -24,7 +24,7 @@ COMPACTED = {
     "segment.ms": str(10 * 60 * 1000),
     "min.cleanable.dirty.ratio": "0.1",
 }
-"""Topic settings of the state changelogs and the lane-marks topic."""
+"""Topic settings of the state changelogs, the lane-marks and the budget-state topics."""
 
 
 async def ensure_topics(
@@ -59,6 +59,9 @@ async def _ensure_topics(settings: Settings, extra: dict[str, int] | None) -> li
     compacted = {f"{settings.consumer_group}-{table}-changelog": n for table, n in
                  (("run-state", settings.partitions), ("alert-state", 1))}  # fmt: skip
     compacted[t.lane_marks] = 1  # each lane's latest event-time report (worker/_marks.py)
+    if settings.budgets_file is not None:  # the budget desk's (docs/BUDGETS.md)
+        compacted[t.budget_state] = 1  # each budget's current state, keyed by scope id
+        compacted[f"{settings.consumer_group}-budget-state-changelog"] = 1  # the desk's state
     wanted.update(compacted)
     admin = AIOKafkaAdminClient(**settings.aiokafka_kwargs())
     try:

@@ -7,6 +7,10 @@ those, then commits the alerts, the alerter's state (``state_record``, to its co
 changelog) and the partition's offset in one transaction of the ``alerter`` slot
 (``_checkpoint``). The next holder fences that producer, reads the state back
 (``_state.StateReader``) and the deaths again from the committed offset.
+
+With spend budgets on (``PRISM_BUDGETS_FILE``) the budget desk steps the same values
+(``_budget_desk``): its alert rows join the alerter's, and its budget-state records and
+state writes go in the same transaction.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from prism.schemas import LedgerBatch
 
 from ..core import CoreConfig, ExhaustionAlerter, Output, alert_record, decode_alerter_input
 from ..settings import Settings
+from ._budget_desk import WorkerBudgetDesk
 from ._checkpoint import SlotCommit
 from ._produce import ProducedRecord
 from ._state import StateReader
@@ -42,6 +47,7 @@ class AlertDesk:
         self.config = config
         self.alerter: ExhaustionAlerter | None = None
         self.position: int | None = None  # the next offset of limit-deaths to step
+        self.budgets = WorkerBudgetDesk(settings, config) if settings.budgets_file else None
 
     async def step(self, values: Sequence[bytes | None], first: int, last: int) -> Output:
         """The deaths and lane reports of limit-deaths offsets ``first..last`` in; the rows
@@ -54,8 +60,13 @@ class AlertDesk:
         for lane, report in reports.items():
             alerter.report(lane, report)
         rows = alerter.decide()
+        stats = {"alerts.late_deaths": alerter.late - late}
+        if self.budgets is not None:
+            spent, budget_stats = await self.budgets.step(values)
+            rows = [*rows, *spent]
+            stats.update(budget_stats)
         out = Output(ledger=LedgerBatch(alerts=rows))
-        out.stats["alerts.late_deaths"] = alerter.late - late
+        out.stats.update(stats)
         if rows:
             out.ranges.append((self.topic, 0, first, last))
             out.alerts.extend(alert_record(r) for r in rows)
@@ -63,11 +74,13 @@ class AlertDesk:
 
     def commit_of(self, out: Output, alerts_topic: str, next_offset: int) -> SlotCommit:
         """The ``alerter`` slot's transaction for a stepped batch: its alert records, the
-        alerter's state and the partition's next offset."""
+        alerter's state, the budget desk's records and the partition's next offset."""
         recs = [ProducedRecord(alerts_topic, r.key, r.value, None, r.headers) for r in out.alerts]
         state = self.state_record()
         if state is not None:
             recs.append(state)
+        if self.budgets is not None:
+            recs += self.budgets.records()
         self.position = next_offset
         return SlotCommit(recs, {TopicPartition(self.topic, 0): next_offset})
 
@@ -93,6 +106,8 @@ class AlertDesk:
         assigned anew, or this process's write was fenced)."""
         self.alerter = None
         self.position = None
+        if self.budgets is not None:
+            self.budgets.forget()
 
     async def _restored(self) -> ExhaustionAlerter:
         """The alerter, read back from its changelog the first time; it waits for a report
@@ -114,3 +129,5 @@ class AlertDesk:
 
     async def close(self) -> None:
         await self.reader.close()
+        if self.budgets is not None:
+            await self.budgets.close()

@@ -32,7 +32,7 @@ import socket
 import time
 import uuid
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 from aiokafka import TopicPartition
@@ -43,6 +43,7 @@ from .._store import LedgerSink, LedgerStore, LedgerUnavailable
 from ..core import InRecord, Intake, Output, PermanentStoreError, store_isolating
 from ..settings import Settings
 from ._alerter import AlertDesk
+from ._budget_desk import LaneSpend
 from ._checkpoint import ALERTER, Checkpoint, Transactions
 from ._consumer import GroupConsumer, KafkaGroupConsumer
 from ._gc import GcPolicy
@@ -68,7 +69,8 @@ class PipelineWorker:
     alerts raised (e.g. the webhook notifier); ``clock`` is processing time; ``consumer``
     and ``transactions`` replace the Kafka group consumer and transactional producers
     (tests); ``drop_fetched(topic, partition, records)`` true drops a fetched chunk of an
-    input topic before it is stepped (a test seam: ``_watch`` reads it back).
+    input topic before it is stepped (a test seam: ``_watch`` reads it back); ``prices``
+    reads the price book the lanes price spend with (budgets on, ``_budget_desk``).
     """
 
     def __init__(
@@ -81,6 +83,7 @@ class PipelineWorker:
         consumer: GroupConsumer | None = None,
         transactions: Transactions | None = None,
         drop_fetched: Callable[[str, int, list[Any]], bool] | None = None,
+        prices: Callable[[], Iterable[Any]] | None = None,
     ) -> None:
         self.settings = settings
         self.clock = clock
@@ -118,6 +121,8 @@ class PipelineWorker:
             settings, self.slots, self.consumer, self.intake, self.stats, self._worker_id
         )
         self.alerts = AlertDesk(settings, self.intake.config)
+        if settings.budgets_file is not None:  # every lane's billed spend to the budget desk
+            self.slots.spend = LaneSpend(prices)
         self._deaths, self._deaths_held = TopicPartition(t.limit_deaths, 0), False
         self.marks = LaneMarks(t.lane_marks, kw)
         self._lock = asyncio.Lock()
@@ -337,7 +342,7 @@ class PipelineWorker:
             | {
                 slot_of(lane)
                 for lane, o in outs.items()
-                if o.state_writes or o.records or o.limit_deaths
+                if o.state_writes or o.records or o.limit_deaths or o.ledger.usage
             },
             ends,
         )

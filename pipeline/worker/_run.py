@@ -56,6 +56,7 @@ def build_worker(settings: Settings, hooks: WorkerHooks | None = None) -> Pipeli
     return PipelineWorker(
         settings, writer, alert_sinks=alert_sinks, clock=hooks.clock,
         drop_fetched=hooks.drop_fetched,
+        prices=lambda: sinks.price_book(client, settings.clickhouse_database),
     )  # fmt: skip
 
 

@@ -22,12 +22,20 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from aiokafka import TopicPartition
 
-from ..core import Intake, LaneReport, Output, PermanentStoreError, death_record, lane_record
+from ..core import (
+    Intake,
+    LaneReport,
+    Output,
+    OutRecord,
+    PermanentStoreError,
+    death_record,
+    lane_record,
+)
 from ..settings import Topics
 from ._checkpoint import Checkpoint, SlotCommit, Transactions
 from ._consumer import GroupConsumer, check_copartitioned
@@ -99,6 +107,8 @@ class Slots:
         self.forwarded_from: Counter[int] = Counter()  # source partition -> records forwarded
         self._patterns: set[str] = set()  # producer patterns warned about
         self.fenced_at: dict[int, float] = {}  # slot -> when its commit was fenced
+        # a lane output's spend records for the budget desk (budgets on), before its report
+        self.spend: Callable[[Output], list[OutRecord]] | None = None
 
     def lane_of(self, tp: TopicPartition) -> int | None:
         """The core lane of a slot topic's partition (None: not a slot topic)."""
@@ -240,6 +250,8 @@ class Slots:
                 for f in out.forwards:  # to the home partition's repartition topic
                     topic = t.channel_repartition if f.channel else t.repartition
                     recs.append(ProducedRecord(topic, f.key, f.value, f.partition, f.headers))
+                for r in self.spend(out) if self.spend is not None else ():
+                    recs.append(ProducedRecord(t.limit_deaths, r.key, r.value, 0))
             report = reports.get(lane)
             if report is not None:
                 copies = slot.positions.get(TopicPartition(self.repartition_of(lane), p))
