@@ -175,10 +175,13 @@ class Transactions:
             await self.close(slot)
             raise Fenced(f"slot {slot}: {exc}") from exc
         except KafkaError as exc:
-            if "fenced" in str(exc).lower():
-                await self.close(slot)
-                raise Fenced(f"slot {slot}: {exc}") from exc
-            raise
+            # Not retriable and not named a fence: the transaction's outcome is unknown to
+            # this process (a broker answered UnknownError to an EndTxn that raced a new
+            # owner's epoch fence, and the producer's sender died with it). The slot is
+            # handled as fenced: its producer closed, its state dropped, and taken back
+            # from Kafka's committed state if the group still assigns it here (``reclaim``).
+            await self.close(slot)
+            raise Fenced(f"slot {slot}: the transaction failed ({exc!r})") from exc
 
 
 class Checkpoint:

@@ -1,0 +1,92 @@
+"""``Transactions.commit``: which failures of a slot's transaction fence the slot.
+
+The producer is a stand-in with aiokafka's transactional methods, so the real
+``Transactions`` code decides. A commit whose outcome this process cannot know (the
+broker answered an EndTxn that raced a new owner's epoch fence with UnknownError, and
+aiokafka's sender died with "Unexpected error during batch delivery") must not stop the
+worker: the slot is handled as fenced, its producer closed, and the group decides who
+holds it next. Transient errors retry the whole transaction; a bug is raised unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from aiokafka import TopicPartition
+from aiokafka.errors import KafkaConnectionError, KafkaError, ProducerFenced
+
+from prism.pipeline.worker._checkpoint import Checkpoint, Fenced, SlotCommit, Transactions
+
+
+class _Producer:
+    """Records the transaction calls; ``commit_transaction`` raises the queued errors."""
+
+    def __init__(self, errors: list[BaseException]) -> None:
+        self.errors = errors
+        self.calls: list[str] = []
+        self.stopped = False
+
+    async def begin_transaction(self) -> None:
+        self.calls.append("begin")
+
+    async def send_offsets_to_transaction(self, offsets: Any, group: str) -> None:
+        self.calls.append(
+            f"offsets:{group}:{sorted((tp.partition, o) for tp, o in offsets.items())}"
+        )
+
+    async def commit_transaction(self) -> None:
+        self.calls.append("commit")
+        if self.errors:
+            raise self.errors.pop(0)
+
+    async def abort_transaction(self) -> None:
+        self.calls.append("abort")
+
+    async def stop(self) -> None:
+        self.stopped = True
+
+
+def _commit(producer: _Producer) -> tuple[Transactions, Checkpoint]:
+    txns = Transactions("g", {"bootstrap_servers": "127.0.0.1:1"})
+    txns.producers["3"] = producer
+    return txns, Checkpoint(txns, "tok")
+
+
+_OFFSETS = SlotCommit([], {TopicPartition("in", 3): 42})
+
+
+def test_an_unknown_outcome_of_the_commit_fences_the_slot_instead_of_stopping_the_worker() -> None:
+    sender_died = KafkaError("Unexpected error during batch delivery")
+    producer = _Producer([sender_died])
+    txns, checkpoint = _commit(producer)
+    fenced = asyncio.run(checkpoint.commit({"3": _OFFSETS}))
+    assert fenced == {"3"}
+    assert producer.stopped and "3" not in txns.producers  # closed: a new one is opened later
+    assert checkpoint.fenced_writes == 1 and "3" not in checkpoint.last
+    assert producer.calls == ["begin", "offsets:g:[(3, (42, 'tok:1'))]", "commit"]
+
+
+def test_a_fence_named_by_the_broker_fences_the_slot() -> None:
+    producer = _Producer([ProducerFenced()])
+    txns, _ = _commit(producer)
+    with pytest.raises(Fenced, match="slot 3"):
+        asyncio.run(txns.commit("3", _OFFSETS, "tok:1"))
+    assert producer.stopped
+
+
+def test_a_transient_error_retries_the_whole_transaction() -> None:
+    producer = _Producer([KafkaConnectionError()])
+    _, checkpoint = _commit(producer)
+    assert asyncio.run(checkpoint.commit({"3": _OFFSETS})) == set()
+    assert producer.calls.count("begin") == 2 and producer.calls.count("commit") == 2
+    assert checkpoint.last == {"3": "tok:1"} and not producer.stopped
+
+
+def test_a_bug_is_raised_unchanged() -> None:
+    producer = _Producer([ZeroDivisionError("a bug")])
+    _, checkpoint = _commit(producer)
+    with pytest.raises(ZeroDivisionError):
+        asyncio.run(checkpoint.commit({"3": _OFFSETS}))
+    assert not producer.stopped
