@@ -18,9 +18,11 @@ watermark. The run state is kept in the ledger (table ingest_state), so a backfi
 over several files gives the ledger one file would. Ingesting the same file again changes
 nothing. Prints a summary.
 
-Batches are the worker's (PRISM_BATCH_MAX_EVENTS lines, 20000 by default), and as in the
-worker the next batch is parsed while this one is inserted (PRISM_PARSE_AHEAD=false: each
-batch is parsed in its own step; the ledger is the same either way)."""
+Runs as the worker does: batches of PRISM_BATCH_MAX_EVENTS lines (20000 by default), the
+collector kept out of a batch (its survivors frozen, a full pass once a minute between
+batches) and the GIL switch interval PRISM_GIL_SWITCH_INTERVAL_SECONDS (0.05 s). The next
+batch is parsed while this one is inserted (PRISM_PARSE_AHEAD=false: each batch is parsed
+in its own step; the ledger is the same either way)."""
 
 _EPILOG = """\
 examples:
@@ -58,6 +60,8 @@ def _run(args: argparse.Namespace) -> int:
     from prism import sinks
     from prism.pipeline._store import LedgerStore, open_ledger
     from prism.pipeline.ingest import ingest_lines, iter_lines, open_input
+    from prism.pipeline.worker._gc import GcPolicy
+    from prism.pipeline.worker._run import switch_interval
 
     settings = load_settings_from(
         args, {"--clickhouse": "clickhouse_dsn", "--database": "clickhouse_database"}
@@ -75,7 +79,7 @@ def _run(args: argparse.Namespace) -> int:
     # A file is known by its path, so ingesting it again changes nothing; standard input
     # cannot be recognised, so each reading is a source of its own.
     source = f"stdin:{uuid.uuid4()}" if args.path == "-" else "file:" + os.path.abspath(args.path)
-    with open_input(args.path) as stream:
+    with open_input(args.path) as stream, switch_interval(settings.gil_switch_interval_seconds):
         summary = ingest_lines(
             iter_lines(stream, settings.max_event_bytes),
             source=source,
@@ -86,6 +90,7 @@ def _run(args: argparse.Namespace) -> int:
             max_event_bytes=settings.max_event_bytes,
             parse_ahead=settings.parse_ahead,
             on_batch=bar.update if bar is not None else None,
+            gc_policy=GcPolicy(),
         )
     if bar is not None:
         bar.close()

@@ -83,3 +83,39 @@ def test_batches_close_on_bytes_too() -> None:
     ingest_lines(_lines(b.events), source="file:t", store=None, config=CFG, batch_size=1000,
                  batch_bytes=900, on_batch=sizes.append, clock=lambda: NOW)  # fmt: skip
     assert sum(sizes) == len(b.events) and max(sizes) < len(b.events)
+
+
+def test_the_workers_collector_policy_keeps_collection_out_of_batches_and_changes_no_row() -> None:
+    import gc
+
+    from prism.pipeline.worker._gc import GcPolicy
+
+    fleet = []
+    for i in range(8):
+        b = RunBuilder(f"r{i}").started()
+        b.turn(1).usage(turn=1, attempt=1, inputTokens=10 + i, cost="0.1", currency="USD")
+        fleet += b.finished().events if i % 3 else b.events
+    plain = FinalLedger()
+    ingest_lines(_lines(fleet), source="file:f", store=plain.add, config=CFG, batch_size=5,
+                 clock=lambda: NOW)  # fmt: skip
+
+    enabled_in_store: list[bool] = []
+    kept = FinalLedger()
+
+    def store(out):  # type: ignore[no-untyped-def]
+        enabled_in_store.append(gc.isenabled())
+        kept.add(out)
+
+    policy = GcPolicy(full_every=0.0)  # a full pass after every batch
+    assert gc.isenabled()
+    try:
+        summary = ingest_lines(_lines(fleet), source="file:f", store=store, config=CFG,
+                               batch_size=5, clock=lambda: NOW, gc_policy=policy)  # fmt: skip
+    finally:
+        gc.unfreeze()
+    batches = -(-len(fleet) // 5)
+    assert enabled_in_store[:batches] == [False] * batches  # no automatic pass inside a batch
+    assert gc.isenabled()  # and the collector is back on after the replay
+    assert policy.full_passes == batches
+    assert kept.snapshot() == plain.snapshot() and kept.billing() == plain.billing()
+    assert summary.lines == len(fleet)
