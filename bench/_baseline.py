@@ -8,7 +8,8 @@ the worker does). Its rate is the Python limit on this
 machine for moving events from a topic into ClickHouse.
 
 chDB hosts one engine path per process, so this runs as a child process and prints one
-JSON line: ``{"events", "seconds", "events_per_s", "peak_rss_kib", "inserts"}``; the clock
+JSON line: ``{"events", "stored", "seconds", "events_per_s", "inserts", "peak_rss_kib",
+"end_rss_kib"}`` (end: the resident set after the last insert, the consumer stopped); the clock
 runs from the first record consumed to the last insert acknowledged.
 
 Run: ``.venv/bin/python -m bench._baseline --bootstrap 127.0.0.1:9092 --topic T --events N
@@ -122,7 +123,20 @@ async def consume(
         "events_per_s": done / seconds if seconds > 0 else 0.0,
         "inserts": inserts,
         "peak_rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+        "end_rss_kib": _rss_kib(),
     }
+
+
+def _rss_kib() -> int | None:
+    """The resident set now (``VmRSS``) in KiB; None if unreadable."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,11 +1,12 @@
-"""``python -m bench``: run the benchmarks, print one table and the targets, write the JSON.
+"""``python -m bench``: run the benchmarks, print one table with the targets, write the JSON.
 
 Order: the pipeline parts (``baseline``, ``worker``, ``ingest``, ``freshness``; one broker,
 one fleet), then ``stages`` (the worker's store step per stage, in-process),
 ``publisher`` (its own broker), ``parse``, ``ledger`` and ``scaleout`` (its own broker;
 1, 2 and 3 worker processes in one group). A benchmark that fails is
 reported and the rest still run; the exit code is then 1. Targets are reported, never
-asserted: each shows the measured value and "met", "not met" or "not measured".
+asserted: the table (``bench._summary``) shows each beside its figure with "met", "not met"
+or "not measured"; ``--rows`` prints every row measured as well.
 """
 
 from __future__ import annotations
@@ -18,11 +19,19 @@ import platform
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from bench._summary import (
+    TARGETS,
+    Target,
+    derived_rows,
+    evaluate_targets,
+    format_value,
+    render_summary,
+    summary_rows,
+)
 from bench.bench_pipeline import DEFAULT_RATES
 
 __all__ = [
@@ -31,10 +40,10 @@ __all__ = [
     "TARGETS",
     "Target",
     "evaluate_targets",
+    "format_value",
     "main",
     "parse_args",
     "render_table",
-    "render_targets",
     "results_document",
 ]
 
@@ -45,83 +54,6 @@ ALIASES = {"pipeline": PIPELINE_PARTS, "all": NAMES}
 RESULTS_DIR = Path(__file__).resolve().parent.parent / ".bench"
 
 Row = dict[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class Target:
-    """A figure the issue asks for: ``bench/metric`` compared with ``threshold``."""
-
-    label: str
-    bench: str
-    metric: str
-    op: str  # ">=" or "<="
-    threshold: float
-    unit: str
-
-    def met(self, value: float) -> bool:
-        return value >= self.threshold if self.op == ">=" else value <= self.threshold
-
-
-TARGETS = (
-    Target("worker >= 50% of the bare baseline", "pipeline", "worker_vs_baseline", ">=", 50, "%"),
-    Target(
-        "worker >= 10,000 events/s per process",
-        "pipeline",
-        "worker_events_per_s",
-        ">=",
-        10_000,
-        "events/s",
-    ),
-    Target(
-        "worker >= 20,000 events/s per process (goal)",
-        "pipeline",
-        "worker_events_per_s",
-        ">=",
-        20_000,
-        "events/s",
-    ),
-    Target(
-        "p99 freshness <= 1 s at 2,500 events/s",
-        "pipeline",
-        "freshness_2500_p99",
-        "<=",
-        1000,
-        "ms",
-    ),
-    Target(
-        "p99 freshness <= 2 s at 5,000 events/s",
-        "pipeline",
-        "freshness_5000_p99",
-        "<=",
-        2000,
-        "ms",
-    ),
-    Target(
-        "p99 freshness <= 1 s at 5,000 events/s (goal)",
-        "pipeline",
-        "freshness_5000_p99",
-        "<=",
-        1000,
-        "ms",
-    ),
-    Target(
-        "billing (all tenants) p95 <= 100 ms",
-        "ledger",
-        "billing_month_all_tenants_p95",
-        "<=",
-        100,
-        "ms",
-    ),
-    Target(
-        "billing (one tenant) p95 <= 100 ms",
-        "ledger",
-        "billing_month_one_tenant_p95",
-        "<=",
-        100,
-        "ms",
-    ),
-    Target("run timeline p95 <= 100 ms", "ledger", "run_timeline_p95", "<=", 100, "ms"),
-)
 
 
 def _positive_int(text: str) -> int:
@@ -172,13 +104,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         action="extend",
         metavar="R",
         help="events/s offered in the freshness part, each rate on a fresh topic and worker "
-        "(default: 2500 and 5000; the targets name these two)",
+        "(default: 5000 and 10000; the targets name these two)",
     )
     p.add_argument(
-        "--state-store",
-        choices=["rocksdb", "memory"],
-        default="rocksdb",
-        help="passed to the workers, which no longer use it (default %(default)s)",
+        "--rows",
+        action="store_true",
+        help="also print every row measured (the JSON always has them)",
     )
     p.add_argument(
         "--json",
@@ -193,17 +124,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         chosen.update(ALIASES.get(name, (name,)))
     args.only = [n for n in NAMES if n in chosen]
     return args
-
-
-def format_value(value: float | None) -> str:
-    """A figure for the table: thousands separators for large values, 2 decimals otherwise."""
-    if value is None:
-        return "-"
-    if abs(value) >= 1000:
-        return f"{value:,.0f}"
-    if abs(value) >= 1 or value == 0:
-        return f"{value:.2f}"
-    return f"{value:.4g}"
 
 
 def render_table(rows: Sequence[Row]) -> str:
@@ -221,39 +141,6 @@ def render_table(rows: Sequence[Row]) -> str:
     return "\n".join([line(header), rule, *(line(c) for c in cells)])
 
 
-def evaluate_targets(rows: Sequence[Row]) -> list[dict[str, Any]]:
-    """Each target with its measured value and status ("met", "not met", "not measured");
-    a freshness target is measured only when its rate was offered (``--rate``)."""
-    found = {(r["bench"], r["metric"]): r["value"] for r in rows}
-    out = []
-    for t in TARGETS:
-        value = found.get((t.bench, t.metric))
-        status = "not measured" if value is None else ("met" if t.met(value) else "not met")
-        out.append(
-            {
-                "target": t.label,
-                "metric": f"{t.bench}/{t.metric}",
-                "op": t.op,
-                "threshold": t.threshold,
-                "unit": t.unit,
-                "value": value,
-                "status": status,
-            }
-        )
-    return out
-
-
-def render_targets(targets: Sequence[dict[str, Any]]) -> str:
-    """The targets as lines: label, measured value, status."""
-    width = max((len(t["target"]) for t in targets), default=0)
-    lines = ["targets (reported, not asserted):"]
-    for t in targets:
-        measured = format_value(t["value"])
-        unit = f" {t['unit']}" if t["value"] is not None else ""
-        lines.append(f"  {t['target']:<{width}}  {measured:>10}{unit:<10} {t['status']}")
-    return "\n".join(lines)
-
-
 def results_document(
     rows: Sequence[Row],
     targets: Sequence[dict[str, Any]],
@@ -263,7 +150,8 @@ def results_document(
     seconds: float,
     load_start: Sequence[float],
 ) -> dict[str, Any]:
-    """The JSON written at the end: options, machine, rows, targets, errors."""
+    """The JSON written at the end: options, machine, rows, the printed table's lines
+    (``summary``), targets, errors."""
     return {
         "started_at": started.isoformat(timespec="seconds"),
         "seconds": round(seconds, 1),
@@ -272,7 +160,6 @@ def results_document(
             "only": args.only,
             "events": args.events,
             "rate": args.rate,
-            "state_store": args.state_store,
         },
         "machine": {
             "cpus": os.cpu_count(),
@@ -282,6 +169,7 @@ def results_document(
             "loadavg_end": list(os.getloadavg()),
         },
         "rows": list(rows),
+        "summary": summary_rows(rows),
         "targets": list(targets),
         "errors": list(errors),
     }
@@ -292,6 +180,12 @@ _T0 = time.monotonic()
 
 def _log(msg: str) -> None:
     print(f"[bench {time.monotonic() - _T0:5.0f}s] {msg}", file=sys.stderr, flush=True)
+
+
+def _machine_line(doc: dict[str, Any]) -> str:
+    m = doc["machine"]
+    load = "/".join(f"{x:.1f}" for x in (m["loadavg_start"][0], m["loadavg_end"][0]))
+    return f"{doc['started_at']}, {m['cpus']} CPUs, load average {load} (start/end)"
 
 
 def _module_runner(name: str) -> Callable[[bool], list[Row]]:
@@ -319,7 +213,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                 events=args.events,
                 rates=args.rate,
                 parts=parts,
-                state_store=args.state_store,
                 log_dir=RESULTS_DIR / f"logs-{stamp}",
                 log=_log,
             )
@@ -337,13 +230,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         except Exception as exc:  # one broken benchmark must not hide the others
             errors.append(f"{name}: {type(exc).__name__}: {exc}")
             _log(errors[-1])
+    rows += derived_rows(rows)
     targets = evaluate_targets(rows)
     doc = results_document(rows, targets, errors, args, started, time.monotonic() - t0, load_start)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     out_path.write_text(json.dumps(doc, indent=1) + "\n")
-    print(render_table(rows))
-    print()
-    print(render_targets(targets))
+    if args.rows:
+        print(render_table(rows))
+        print()
+    print(f"{_machine_line(doc)}; targets are reported, not asserted")
+    print(render_summary(doc["summary"]))
     for err in errors:
         print(f"error: {err.splitlines()[0]}")
     print(f"\n{len(rows)} rows in {doc['seconds']:.0f}s; results: {out_path}")

@@ -6,21 +6,23 @@ one simulated fleet without chaos (~200k events; quick: ~30k), published once to
 
 - ``baseline``: ``bench._baseline`` in a child process (aiokafka ``getmany`` -> ``orjson``
   -> clickhouse-connect inserts of ~5,000 rows into a chDB raw-events table), timed from
-  the first record consumed to the last insert acknowledged; peak RSS of the child.
+  the first record consumed to the last insert acknowledged; peak and end RSS of the child.
 - ``worker``: ``prism-pipeline worker`` (``WorkerProcess``; fresh group, fresh chDB path,
-  rocksdb tables). Events/s come from its ``worker-stats.json``: the span between the
+  fresh state folder). Events/s come from its ``worker-stats.json``: the span between the
   first and the last batch covers all batches but one, so the rate is
   ``events * (batches - 1) / batches / (last_batch_at - first_batch_at)``. Without a
   stats file, from committed offsets sampled every 0.5 s. Peak RSS is the worker's
-  ``VmHWM`` just before it is stopped.
+  ``VmHWM`` and end RSS its ``VmRSS``, both just before it is stopped.
 - ``ingest``: the same fleet as a JSONL file through ``prism-pipeline ingest-file`` in a
   child process (``bench.bench_ingest``): events over the command's wall time, and its
   peak RSS, beside the worker's. It needs no broker.
-- ``freshness``: at each offered rate (default 2,500 and 5,000 events/s), a fresh topic
+- ``freshness``: at each offered rate (default 5,000 and 10,000 events/s), a fresh topic
   and a fresh worker; after a warm-up of a few records, records of the same fleet
   re-stamped with ``ts`` = now (``bench._load``) are offered at that rate for 30 s (quick:
   10 s); p50/p90/p99 freshness (now minus event ``ts`` when its row is acknowledged by
-  ClickHouse) come from the worker's stats file, as rows ``freshness_<rate>_<figure>``.
+  ClickHouse) come from the worker's stats file, as rows ``freshness_<rate>_<figure>``;
+  the worker's RSS after the warm-up (``_worker_idle_rss``, the floor the load adds to), its
+  peak and its end RSS beside them.
 
 Example::
 
@@ -49,7 +51,7 @@ __all__ = ["DEFAULT_RATES", "PARTS", "measure", "peak_rss_kib", "read_stats", "r
 BENCH = "pipeline"
 PARTS = ("baseline", "worker", "ingest", "freshness")
 KAFKA_PARTS = ("baseline", "worker", "freshness")  # the parts that need the broker
-DEFAULT_RATES = (2500.0, 5000.0)  # events/s offered in turn in the freshness part
+DEFAULT_RATES = (5000.0, 10000.0)  # events/s offered in turn in the freshness part
 EVENTS_FULL, EVENTS_QUICK = 200_000, 30_000
 FRESHNESS_SECONDS_FULL, FRESHNESS_SECONDS_QUICK = 30.0, 10.0
 EVENTS_PER_RUN = 14.3  # mean events per run of the simulator's scenario mix without chaos
@@ -86,18 +88,19 @@ def stats_rate(stats: dict[str, Any]) -> float | None:
     return float(events * (batches - 1) / batches / (last - first))
 
 
-def peak_rss_kib(pid: int) -> int | None:
-    """``VmHWM`` (peak resident set) of a live process in KiB; None if unreadable."""
+def peak_rss_kib(pid: int, field: str = "VmHWM") -> int | None:
+    """``VmHWM`` (peak resident set) of a live process in KiB, or another ``/proc/<pid>/status``
+    field (``VmRSS``: the resident set now); None if unreadable."""
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1])
     except (OSError, ValueError, IndexError):
         return None
     return None
 
 
-def _settings(bootstrap: str, name: str, root: Path, store: str) -> Any:
+def _settings(bootstrap: str, name: str, root: Path) -> Any:
     from prism.pipeline.settings import load_settings
 
     (root / name).mkdir(parents=True, exist_ok=True)  # a chDB path's parent must exist
@@ -107,7 +110,6 @@ def _settings(bootstrap: str, name: str, root: Path, store: str) -> Any:
         consumer_group=f"bench-{name}-{int(time.time())}",
         clickhouse_dsn=f"chdb://{root / name / 'ledger'}",
         state_dir=root / name / "state",
-        state_store=store,
     )
 
 
@@ -179,10 +181,16 @@ class _Worker:
                 )
             time.sleep(0.5)
 
-    def stop(self) -> tuple[dict[str, Any] | None, int | None]:
-        """Stop the worker (it writes its stats at shutdown); (final stats, peak RSS in KiB)."""
+    def rss_kib(self, field: str = "VmRSS") -> int | None:
+        """The worker's resident set now (or ``field`` of its ``/proc`` status) in KiB."""
         pid = self.proc.proc.pid if self.proc.proc else None
-        rss = peak_rss_kib(pid) if pid else None
+        return peak_rss_kib(pid, field) if pid else None
+
+    def stop(self) -> tuple[dict[str, Any] | None, int | None]:
+        """Stop the worker (it writes its stats at shutdown); (final stats, peak RSS in KiB).
+        ``end_rss_kib`` keeps its resident set just before the stop."""
+        rss = self.rss_kib("VmHWM")
+        self.end_rss_kib = self.rss_kib("VmRSS")
         self.proc.stop()
         stats = self.stats()
         if stats is not None:  # kept next to the worker's log
@@ -234,10 +242,13 @@ def _baseline(settings: Any, events: int, root: Path, log: Log) -> list[dict[str
         f"baseline: {res['events']:,} events in {res['seconds']:.2f}s "
         f"({res['events_per_s']:,.0f}/s, {res['inserts']} inserts)"
     )
-    return [
+    rows = [
         _row("baseline_events_per_s", res["events_per_s"], "events/s"),
         _row("baseline_peak_rss", res["peak_rss_kib"] / 1024, "MiB"),
     ]
+    if res.get("end_rss_kib"):
+        rows.append(_row("baseline_end_rss", res["end_rss_kib"] / 1024, "MiB"))
+    return rows
 
 
 def _worker(settings: Any, events: int, logs: Path, log: Log) -> list[dict[str, Any]]:
@@ -245,6 +256,7 @@ def _worker(settings: Any, events: int, logs: Path, log: Log) -> list[dict[str, 
     with _Worker(settings, logs / "worker-throughput.log") as w:
         fallback = w.wait_consumed(events)
         stats, rss = w.stop()
+        end = w.end_rss_kib
     rate = stats_rate(stats) if stats else None
     if rate is None and fallback is not None:
         rate = fallback[1] / fallback[0]
@@ -253,11 +265,13 @@ def _worker(settings: Any, events: int, logs: Path, log: Log) -> list[dict[str, 
     source = "stats file" if stats else "committed offsets"
     log(
         f"worker: {events:,} events at {rate:,.0f}/s (from the {source}), peak RSS "
-        f"{(rss or 0) / 1024:.0f} MiB"
+        f"{(rss or 0) / 1024:.0f} MiB, end {(end or 0) / 1024:.0f} MiB"
     )
     rows = [_row("worker_events_per_s", rate, "events/s")]
     if rss is not None:
         rows.append(_row("worker_peak_rss", rss / 1024, "MiB"))
+    if end is not None:
+        rows.append(_row("worker_end_rss", end / 1024, "MiB"))
     if stats:
         if stats.get("first_batch_at"):
             rows.append(_row("worker_startup", stats["first_batch_at"] - started, "s"))
@@ -285,7 +299,6 @@ def _freshness(
     values: Sequence[bytes],
     bootstrap: str,
     root: Path,
-    state_store: str,
     rate: float,
     seconds: float,
     logs: Path,
@@ -296,7 +309,7 @@ def _freshness(
     from prism.pipeline.topics import ensure_topics
 
     name = freshness_prefix(rate)
-    settings = _settings(bootstrap, name.replace("_", "-"), root, state_store)
+    settings = _settings(bootstrap, name.replace("_", "-"), root)
     boot, topic = settings.kafka_bootstrap_servers, settings.topics.input
     asyncio.run(ensure_topics(settings))
     with _Worker(settings, logs / f"worker-{name}.log") as w:
@@ -304,10 +317,15 @@ def _freshness(
             offer_load(values, boot, topic, rate=1000, count=WARMUP_RECORDS, first_tag="-warmup")
         )
         w.wait_consumed(WARMUP_RECORDS)
-        log(f"freshness: worker ready; offering {rate:,.0f} events/s for {seconds:.0f}s")
+        idle = w.rss_kib()  # started, warmed up, no load yet: the floor the load adds to
+        log(
+            f"freshness: worker ready ({(idle or 0) / 1024:.0f} MiB); offering "
+            f"{rate:,.0f} events/s for {seconds:.0f}s"
+        )
         load = asyncio.run(offer_load(values, boot, topic, rate=rate, count=int(rate * seconds)))
         w.wait_consumed(WARMUP_RECORDS + load.records)
         stats, rss = w.stop()
+        end = w.end_rss_kib
     fresh = (stats or {}).get("freshness_ms") or {}
     if "p99" not in fresh:
         raise RuntimeError(f"the worker's stats file has no freshness figures: {stats!r}")
@@ -320,8 +338,9 @@ def _freshness(
         _row(f"{name}_{q}", fresh[q], "ms") for q in ("p50", "p90", "p99", "max") if q in fresh
     ]
     rows.append(_row(f"{name}_rows", fresh.get("count", 0), "rows"))
-    if rss is not None:
-        rows.append(_row(f"{name}_worker_peak_rss", rss / 1024, "MiB"))
+    for metric, kib in (("idle", idle), ("peak", rss), ("end", end)):
+        if kib is not None:
+            rows.append(_row(f"{name}_worker_{metric}_rss", kib / 1024, "MiB"))
     return rows
 
 
@@ -331,15 +350,13 @@ def measure(
     events: int | None = None,
     rates: Sequence[float] = DEFAULT_RATES,
     parts: Sequence[str] = PARTS,
-    state_store: str = "rocksdb",
     log_dir: Path | None = None,
     log: Log = _stderr,
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """Run the chosen ``parts`` on one broker and one fleet; (rows, error messages).
 
-    ``state_store`` is passed to the workers, which no longer use it; ``log_dir``
-    keeps their logs (default: the temporary folder, removed at the end). A failing part is
-    reported and the others still run; the broker always stops.
+    ``log_dir`` keeps the workers' logs (default: the temporary folder, removed at the
+    end). A failing part is reported and the others still run; the broker always stops.
     """
     from bench.bench_ingest import measure_ingest
     from prism.devstack import LocalKafka, free_port
@@ -362,7 +379,7 @@ def measure(
             if kafka:
                 broker.up()
                 log(f"broker up at {broker.bootstrap} in {time.perf_counter() - t0:.1f}s")
-            throughput = _settings(broker.bootstrap, "throughput", root, state_store)
+            throughput = _settings(broker.bootstrap, "throughput", root)
             publish = "baseline" in parts or "worker" in parts
             values = _publish_fleet(target, throughput, log, publish=publish)
             rows.append(_row("fleet_events", len(values), "events"))
@@ -374,8 +391,8 @@ def measure(
             ]
             steps += [
                 ("freshness", f"freshness at {rate:,.0f} events/s",
-                 functools.partial(_freshness, values, broker.bootstrap, root, state_store, rate,
-                                   seconds, logs, log))
+                 functools.partial(_freshness, values, broker.bootstrap, root, rate, seconds,
+                                   logs, log))
                 for rate in rates
             ]  # fmt: skip
             for part, name, step in steps:

@@ -4,7 +4,7 @@ One local broker (free port, temporary directory, stopped at the end even on err
 simulated fleet without chaos (~120k events; quick: ~30k) published once to a
 12-partition topic. Then, one after the other so they never compete, for n = 1, 2, 3: a
 fresh consumer group of n ``prism-pipeline worker`` processes (``WorkerProcess``; each its
-own chDB path and rocksdb tables, as separate hosts would have) started together on that
+own chDB path and state folder, as separate hosts would have) started together on that
 topic. Progress is read from Kafka: the group's committed offsets and its stable members,
 sampled every 0.5 s. The rate counts only the time all n processes work: from the first
 sample that sees the group stable with n members to the one that sees every record
@@ -52,7 +52,7 @@ def _row(metric: str, value: float, unit: str) -> dict[str, Any]:
     return {"bench": BENCH, "metric": metric, "value": round(float(value), 3), "unit": unit}
 
 
-def _settings(bootstrap: str, root: Path, name: str, group: str, store: str) -> Any:
+def _settings(bootstrap: str, root: Path, name: str, group: str) -> Any:
     from prism.pipeline.settings import load_settings
 
     (root / name).mkdir(parents=True, exist_ok=True)  # a chDB path's parent must exist
@@ -63,7 +63,6 @@ def _settings(bootstrap: str, root: Path, name: str, group: str, store: str) -> 
         consumer_group=group,
         clickhouse_dsn=f"chdb://{root / name / 'ledger'}",
         state_dir=root / name / "state",
-        state_store=store,
     )
 
 
@@ -84,7 +83,7 @@ def _sample(settings: Any) -> tuple[int, int, int]:
 
 
 def _run_group(
-    n: int, bootstrap: str, root: Path, events: int, store: str, logs: Path, log: Log
+    n: int, bootstrap: str, root: Path, events: int, logs: Path, log: Log
 ) -> tuple[float, float]:
     """(events/s while all ``n`` processes are members, seconds until the group settled)."""
     from bench.bench_pipeline import read_stats
@@ -94,12 +93,12 @@ def _run_group(
     group = f"bench-scaleout-{n}w-{int(time.time())}"
     workers = [
         WorkerProcess(
-            worker_env(_settings(bootstrap, root, f"{n}w-{i}", group, store)),
+            worker_env(_settings(bootstrap, root, f"{n}w-{i}", group)),
             log_path=logs / f"worker-scaleout-{n}w-{i}.log",
         )
         for i in range(n)
     ]
-    probe = _settings(bootstrap, root, f"{n}w-0", group, store)
+    probe = _settings(bootstrap, root, f"{n}w-0", group)
     started = time.monotonic()
     window: tuple[float, int] | None = None
     try:
@@ -143,7 +142,6 @@ def measure(
     *,
     events: int | None = None,
     counts: Sequence[int] = COUNTS,
-    state_store: str = "rocksdb",
     log_dir: Path | None = None,
     log: Log = _stderr,
 ) -> tuple[list[dict[str, Any]], list[str]]:
@@ -162,14 +160,12 @@ def measure(
         broker = LocalKafka(state_dir=root / "kafka", port=free_port())
         try:
             broker.up()
-            fleet_settings = _settings(broker.bootstrap, root, "publish", "unused", state_store)
+            fleet_settings = _settings(broker.bootstrap, root, "publish", "unused")
             values = _publish_fleet(target, fleet_settings, log, publish=True)
             rows.append(_row("fleet_events", len(values), "events"))
             for n in counts:
                 try:
-                    rate, settled = _run_group(
-                        n, broker.bootstrap, root, len(values), state_store, logs, log
-                    )
+                    rate, settled = _run_group(n, broker.bootstrap, root, len(values), logs, log)
                 except Exception as exc:  # one count failing must not hide the others
                     errors.append(f"scaleout/{n}w: {type(exc).__name__}: {exc}")
                     log(errors[-1])

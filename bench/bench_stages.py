@@ -17,7 +17,15 @@ Figures are microseconds per event, from the total over the whole fleet; ``stage
 is the loop's rate, ``stages_peak_rss`` the child's peak RSS and ``stages_rss_<q>`` its RSS
 after each quarter of the fleet (flat when memory does not grow with the events seen).
 chDB hosts one engine per process, so ``run()`` works in a child process.
-Run: ``.venv/bin/python -m bench.bench_stages [--quick] [--events N]``.
+Run: ``.venv/bin/python -m bench.bench_stages [--quick] [--events N] [--batch N]
+[--tracemalloc]``.
+
+``--tracemalloc`` (not part of ``python -m bench``: tracing slows every stage several
+times) says what holds the Python heap: ``traced_peak`` (the most Python objects alive
+at once), ``traced_end`` (after the last batch), ``traced_state`` (what freeing the
+intake, its lanes' run state, gives back), and ``traced_end[<file>]`` for the ten source
+files whose allocations hold the most at the end. What RSS holds beyond these is native:
+the chDB engine, its insert buffers, the interpreter and its modules.
 """
 
 from __future__ import annotations
@@ -26,9 +34,12 @@ import gc
 import json
 import resource
 import sys
+import sysconfig
 import tempfile
 import time
+import tracemalloc
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 from bench._child import run_child
@@ -40,9 +51,16 @@ PARTITIONS = 4
 BATCH = 20_000  # Settings.batch_max_events' default
 
 
-def run(quick: bool = False, events: int | None = None) -> list[dict[str, Any]]:
+def run(
+    quick: bool = False,
+    events: int | None = None,
+    *,
+    batch: int | None = None,
+    trace: bool = False,
+) -> list[dict[str, Any]]:
     """Run the benchmark in a child process (its own chDB engine) and return its rows."""
     args = (["--quick"] if quick else []) + (["--events", str(events)] if events else [])
+    args += (["--batch", str(batch)] if batch else []) + (["--tracemalloc"] if trace else [])
     return run_child("bench.bench_stages", *args)
 
 
@@ -102,7 +120,21 @@ def _rss_mib() -> float:
     return float("nan")
 
 
-def _child(quick: bool, events: int | None = None) -> list[dict[str, Any]]:
+def _traced_rows(snapshot: Any, top: int = 10) -> list[dict[str, Any]]:
+    """``traced_end[<file>]`` rows: the ``top`` source files holding the most (MiB)."""
+    roots = (str(Path(__file__).resolve().parent.parent), sysconfig.get_paths()["stdlib"])
+    rows = []
+    for stat in snapshot.statistics("filename")[:top]:
+        name = stat.traceback[0].filename.split("site-packages/")[-1]
+        for root in roots:
+            name = name.removeprefix(root + "/")
+        rows.append(_row(f"traced_end[{name}]", stat.size / 2**20, "MiB"))
+    return rows
+
+
+def _child(
+    quick: bool, events: int | None = None, batch_size: int = BATCH, trace: bool = False
+) -> list[dict[str, Any]]:
     from prism import sinks
     from prism.pipeline._store import LedgerStore, open_ledger
     from prism.pipeline.core import Intake, Output
@@ -112,6 +144,9 @@ def _child(quick: bool, events: int | None = None) -> list[dict[str, Any]]:
     parts = _fleet(events or (30_000 if quick else 100_000))
     total = sum(map(len, parts.values()))
     timers = _Timers()
+    if trace:
+        tracemalloc.start()
+    traced: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="prism-bench-stages-") as tmp:
         settings = Settings.model_validate({"clickhouse_dsn": f"chdb://{tmp}/ledger"})
         client = open_ledger(settings)
@@ -125,7 +160,7 @@ def _child(quick: bool, events: int | None = None) -> list[dict[str, Any]]:
         intake = Intake(settings.core_config(), max_event_bytes=settings.max_event_bytes)
         intake._parse = timers.timed("parse", intake._parse)  # type: ignore[method-assign]
         policy = GcPolicy()
-        per = BATCH // PARTITIONS
+        per = max(1, batch_size // PARTITIONS)
         gc.collect()
         gc.freeze()
         gc.callbacks.append(timers.gc_callback)
@@ -149,10 +184,24 @@ def _child(quick: bool, events: int | None = None) -> list[dict[str, Any]]:
         finally:
             gc.callbacks.remove(timers.gc_callback)
         elapsed = time.perf_counter() - started
+        if trace:
+            gc.unfreeze()
+            gc.collect()
+            end, peak = tracemalloc.get_traced_memory()
+            traced += _traced_rows(tracemalloc.take_snapshot())
+            del intake, store, out, batch  # the lanes' run state and the last batch
+            gc.collect()
+            freed = end - tracemalloc.get_traced_memory()[0]
+            tracemalloc.stop()
+            traced[:0] = [
+                _row("traced_peak", peak / 2**20, "MiB"),
+                _row("traced_end", end / 2**20, "MiB"),
+                _row("traced_state", freed / 2**20, "MiB"),
+            ]
         client.close()
     sec = timers.seconds
     sec["core"] = sec.pop("step") - sec["parse"]
-    rows = [_row("stages_events", total, "events")]
+    rows = [_row("stages_events", total, "events"), _row("stages_batch", batch_size, "events")]
     rows += [_row("stages_events_per_s", total / elapsed, "events/s")]
     for stage in ("parse", "core", "columns"):
         rows.append(_row(f"stage_{stage}", sec[stage] / total * 1e6, "us/event"))
@@ -166,16 +215,17 @@ def _child(quick: bool, events: int | None = None) -> list[dict[str, Any]]:
     rows.append(_row("stages_peak_rss", peak_kib / 1024, "MiB"))
     for q in (1, 2, 3, 4):
         rows.append(_row(f"stages_rss_{q}q", samples[max(0, len(samples) * q // 4 - 1)], "MiB"))
-    return rows
+    return rows + traced
 
 
 def main(argv: list[str]) -> None:
-    quick = "--quick" in argv
+    quick, trace = "--quick" in argv, "--tracemalloc" in argv
     events = int(argv[argv.index("--events") + 1]) if "--events" in argv else None
+    batch = int(argv[argv.index("--batch") + 1]) if "--batch" in argv else None
     if "--child" in argv:
-        print(json.dumps(_child(quick, events)))
+        print(json.dumps(_child(quick, events, batch or BATCH, trace)))
         return
-    for row in run(quick, events):
+    for row in run(quick, events, batch=batch, trace=trace):
         print(f"{row['bench']:8} {row['metric']:34} {row['value']:>14,.3f} {row['unit']}")
 
 

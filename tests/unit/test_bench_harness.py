@@ -21,8 +21,14 @@ def test_defaults_run_every_benchmark_in_order() -> None:
         "baseline", "worker", "ingest", "freshness", "stages", "publisher", "parse", "ledger",
         "scaleout",
     ]  # fmt: skip
-    assert (args.quick, args.events, args.rate, args.json) == (False, None, [2500.0, 5000.0], None)
-    assert args.state_store == "rocksdb"
+    assert (args.quick, args.events, args.rate, args.json) == (False, None, [5000.0, 10000.0], None)
+    assert args.rows is False
+
+
+def test_the_obsolete_state_store_option_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        harness.parse_args(["--state-store", "memory"])
+    assert "unrecognized arguments: --state-store" in capsys.readouterr().err
 
 
 def test_only_expands_pipeline_and_keeps_the_run_order() -> None:
@@ -72,36 +78,113 @@ def test_table_aligns_columns_and_formats_values() -> None:
 
 def test_targets_report_met_not_met_and_not_measured() -> None:
     rows = [
-        _row("pipeline", "worker_vs_baseline", 62.5, "%"),
-        _row("pipeline", "worker_events_per_s", 12_000, "events/s"),
-        _row("ledger", "run_timeline_p95", 100.0, "ms"),
+        _row("pipeline", "worker_vs_baseline", 39.9, "%"),
+        _row("pipeline", "ingest_vs_worker", 80.0, "%"),
+        _row("ledger", "run_timeline_p95", 40.0, "ms"),
+        _row("ledger", "billing_month_one_tenant_p95", 30.5, "ms"),
     ]
     status = {t["metric"]: t["status"] for t in harness.evaluate_targets(rows)}
-    assert status["pipeline/worker_vs_baseline"] == "met"
-    assert status["pipeline/worker_events_per_s"] == "not met"
-    assert status["ledger/run_timeline_p95"] == "met"  # the bound is inclusive
-    assert status["pipeline/freshness_2500_p99"] == "not measured"
-    text = harness.render_targets(harness.evaluate_targets(rows))
-    assert "12,000 events/s" in text and "not measured" in text
+    assert status["pipeline/worker_vs_baseline"] == "not met"
+    assert status["pipeline/ingest_vs_worker"] == "met"  # the bound is inclusive
+    assert status["ledger/run_timeline_p95"] == "met"
+    assert status["ledger/billing_month_one_tenant_p95"] == "not met"
+    assert status["pipeline/freshness_5000_p99"] == "not measured"
+
+
+def test_the_targets_are_the_issues_and_each_names_one_figure() -> None:
+    by_metric = {(t.bench, t.metric): (t.op, t.threshold) for t in harness.TARGETS}
+    assert len(by_metric) == len(harness.TARGETS)  # one target per figure, beside it
+    assert by_metric[("pipeline", "worker_vs_baseline")] == (">=", 40)
+    assert by_metric[("pipeline", "freshness_5000_p99")] == ("<=", 1000)
+    assert by_metric[("pipeline", "freshness_10000_p99")] == ("<=", 2000)
+    assert by_metric[("pipeline", "freshness_10000_rss_over_baseline")] == ("<=", 150)
+    assert by_metric[("ledger", "billing_month_all_tenants_p95")] == ("<=", 60)
 
 
 def test_freshness_targets_are_read_at_their_own_offered_rate() -> None:
     rows = [
-        _row("pipeline", "freshness_2500_p99", 800.0, "ms"),
-        _row("pipeline", "freshness_5000_p99", 1500.0, "ms"),
+        _row("pipeline", "freshness_5000_p99", 800.0, "ms"),
+        _row("pipeline", "freshness_10000_p99", 2500.0, "ms"),
         _row("pipeline", "freshness_8000_p99", 100.0, "ms"),  # a rate no target names
     ]
     fresh = {
-        t["target"]: t["status"] for t in harness.evaluate_targets(rows) if "fresh" in t["metric"]
+        t["target"]: t["status"]
+        for t in harness.evaluate_targets(rows)
+        if t["metric"].endswith("_p99")
     }
     assert fresh == {
-        "p99 freshness <= 1 s at 2,500 events/s": "met",
-        "p99 freshness <= 2 s at 5,000 events/s": "met",
-        "p99 freshness <= 1 s at 5,000 events/s (goal)": "not met",
+        "freshness p99 <= 1 s at 5,000 events/s": "met",
+        "freshness p99 <= 2 s at 10,000 events/s": "not met",
     }
     only_8000 = [_row("pipeline", "freshness_8000_p99", 100.0, "ms")]
-    statuses = {t["status"] for t in harness.evaluate_targets(only_8000) if "fresh" in t["metric"]}
+    statuses = {
+        t["status"] for t in harness.evaluate_targets(only_8000) if t["metric"].endswith("_p99")
+    }
     assert statuses == {"not measured"}
+
+
+def test_derived_rows_compare_the_worker_with_the_bare_loop_and_ingest_with_the_worker() -> None:
+    from bench._summary import derived_rows
+
+    rows = [
+        _row("pipeline", "baseline_peak_rss", 650.0, "MiB"),
+        _row("pipeline", "worker_events_per_s", 10_000.0, "events/s"),
+        _row("pipeline", "worker_peak_rss", 900.0, "MiB"),
+        _row("pipeline", "freshness_5000_worker_peak_rss", 780.5, "MiB"),
+        _row("pipeline", "freshness_10000_worker_peak_rss", 1200.0, "MiB"),
+        _row("pipeline", "ingest_events_per_s", 7_500.0, "events/s"),
+    ]
+    got = {r["metric"]: r["value"] for r in derived_rows(rows)}
+    assert got == {
+        "worker_peak_rss_over_baseline": 250.0,
+        "freshness_5000_rss_over_baseline": 130.5,
+        "freshness_10000_rss_over_baseline": 550.0,
+        "ingest_vs_worker": 75.0,
+    }
+    # without the bare loop's peak there is nothing to compare the worker's with
+    alone = {r["metric"] for r in derived_rows(rows[1:])}
+    assert alone == {"ingest_vs_worker"}
+    assert derived_rows([]) == []
+
+
+def test_the_summary_puts_each_target_beside_its_figure_in_a_fixed_order() -> None:
+    from bench._summary import render_summary, summary_rows
+
+    rows = [
+        _row("ledger", "run_timeline_p95", 35.0, "ms"),
+        _row("pipeline", "freshness_10000_p99", 2500.0, "ms"),
+        _row("pipeline", "freshness_5000_p99", 700.0, "ms"),
+        _row("pipeline", "worker_stage_store", 31.6, "us/event"),
+        _row("pipeline", "worker_events_per_s", 12_000.0, "events/s"),
+        _row("pipeline", "worker_insert_p50", 900.0, "ms"),  # only in the JSON
+        _row("scaleout", "scaleout_2w_events_per_s", 15_000.0, "events/s"),
+    ]
+    lines = summary_rows(rows)
+    by_row = {s["row"]: s for s in lines}
+    assert "pipeline/worker_insert_p50" not in by_row
+    order = [s["row"] for s in lines]
+    assert (
+        order.index("pipeline/worker_events_per_s")
+        < order.index("pipeline/freshness_5000_p99")
+        < order.index("pipeline/freshness_10000_p99")
+        < order.index("ledger/run_timeline_p95")
+    )
+    assert by_row["pipeline/freshness_5000_p99"]["label"] == "freshness p99 at 5000/s offered"
+    fresh = by_row["pipeline/freshness_5000_p99"]
+    assert (fresh["target"], fresh["status"]) == ("<= 1,000 ms", "met")
+    assert by_row["pipeline/freshness_10000_p99"]["status"] == "not met"
+    worker = by_row["pipeline/worker_events_per_s"]
+    assert (worker["target"], worker["status"]) == ("", "")  # a figure without a target
+    # a target nothing measured keeps its line, so a reader sees what did not run
+    missing = by_row["ledger/billing_month_one_tenant_p95"]
+    assert (missing["value"], missing["status"]) == (None, "not measured")
+    text = render_summary(lines)
+    header, rule, *body = text.splitlines()
+    assert header.split()[:3] == ["figure", "value", "unit"] and set(rule) == {"-", " "}
+    assert len(body) == len(lines)
+    timeline = next(line for line in body if "ledger/run_timeline_p95" in line)
+    assert "35.00" in timeline and "<= 40 ms" in timeline and "met" in timeline
+    assert "15,000" in next(line for line in body if "scaleout_2w" in line)
 
 
 def test_main_prints_the_table_and_writes_the_json(
@@ -118,16 +201,25 @@ def test_main_prints_the_table_and_writes_the_json(
 
     monkeypatch.setattr(harness, "_module_runner", fake)
     out = tmp_path / "results.json"
-    code = harness.main(["--only", "parse", "ledger", "--json", str(out)])
+    code = harness.main(["--only", "parse", "ledger", "--json", str(out), "--rows"])
     printed = capsys.readouterr().out
     assert code == 1  # a failed benchmark fails the run; the others are still reported
-    assert "parse_batch" in printed and "65,000" in printed
+    assert "parse_batch" in printed and "65,000" in printed  # --rows: every row too
     assert "error: ledger: RuntimeError: the ledger child failed (1)" in printed
+    assert "billing one tenant p95" in printed and "not measured" in printed
     doc = json.loads(out.read_text())
     assert doc["rows"] == [_row("parse", "parse_batch", 65_000.0, "events/s")]
     assert doc["options"]["only"] == ["parse", "ledger"]
     assert doc["errors"] == ["ledger: RuntimeError: the ledger child failed (1)"]
     assert {t["status"] for t in doc["targets"]} == {"not measured"}
+    # nothing the table shows was measured: it lists every target, each "not measured"
+    assert {s["row"] for s in doc["summary"]} == {f"{t.bench}/{t.metric}" for t in harness.TARGETS}
+    assert {s["status"] for s in doc["summary"]} == {"not measured"}
+    # the same figures printed and written: the printed table is the JSON's summary
+    assert all(s["label"] in printed for s in doc["summary"])
+    capsys.readouterr()
+    harness.main(["--only", "parse", "--json", str(out)])
+    assert "parse_batch" not in capsys.readouterr().out  # without --rows: the table only
 
 
 def test_worker_rate_from_the_stats_file_counts_all_batches_but_one() -> None:
