@@ -306,3 +306,20 @@ def test_only_ingest_runs_the_ingest_part_without_a_broker(monkeypatch: pytest.M
     assert [r["metric"] for r in rows] == [
         "fleet_events", "ingest_events_per_s", "ingest_seconds", "ingest_peak_rss",
     ]  # fmt: skip
+
+
+def test_the_traced_heap_rows_name_the_files_holding_the_most_relative_to_the_repo() -> None:
+    import tracemalloc
+
+    from bench.bench_stages import _traced_rows
+
+    tracemalloc.start()
+    try:
+        held = [bytearray(1024) for _ in range(4096)]  # 4 MiB allocated on this file's lines
+        snapshot = tracemalloc.take_snapshot()
+    finally:
+        tracemalloc.stop()
+    rows = _traced_rows(snapshot, top=3)
+    assert len(rows) <= 3 and rows[0]["metric"] == "traced_end[tests/unit/test_bench_harness.py]"
+    assert rows[0]["value"] >= 4.0 and rows[0]["unit"] == "MiB"
+    assert len(held) == 4096
