@@ -233,7 +233,8 @@ class Processor(KeyedProcessor[RunState]):
         if run.closed:  # settled again after its close: its death may have changed
             self._death(run, view, out)
         if run.closed and cls.missing_count == 0:  # a gap filled after the close
-            self._shrink.append((self.clock.watermark_us + self._grace_us, run.run_id))
+            at = max(self.clock.watermark_us, run.closed_wm_us or 0)
+            self._shrink.append((at + self._grace_us, run.run_id))
         self._dirty.add(run.run_id)
 
     def _event_rows(
@@ -291,7 +292,7 @@ class Processor(KeyedProcessor[RunState]):
     def _close(self, run: RunState, view: RunView, out: Output) -> None:
         self._save(run.run_id)
         run.closed = True
-        run.closed_wm_us = self.clock.watermark_us
+        run.closed_wm_us = self._closed_at(view)
         self._pending_close.discard(run.run_id)
         row = run_row(run, view, timeline=True)
         out.ledger.runs.append(row)
@@ -300,9 +301,22 @@ class Processor(KeyedProcessor[RunState]):
         self._death(run, view, out)
         if run.alerts.get(RULE_STALE) == "firing":
             self._stale_alert(run, out, "resolved")
-        self._retire.append((self.clock.watermark_us, run.run_id))
-        self._shrink.append((self.clock.watermark_us + self._grace_us, run.run_id))
+        self._retire.append((run.closed_wm_us, run.run_id))
+        self._shrink.append((run.closed_wm_us + self._grace_us, run.run_id))
         self._dirty.add(run.run_id)
+
+    def _closed_at(self, view: RunView) -> int:
+        """The event time a run closes at: the watermark, but never before its terminal.
+
+        The processing-time grace closes runs while the watermark may be held far back
+        (at 0 by a lane that has records waiting and no mark yet); the close time decides
+        when the run shrinks and when it is forgotten, which must not come a grace period
+        or a retention after a time the pipeline never reached. A skewed terminal's time
+        is no event time (rule 14): the watermark alone then.
+        """
+        term = view.terminal
+        at = term["ts"] if term is not None and not term.get("k") else 0
+        return max(self.clock.watermark_us, at)
 
     def _death(self, run: RunState, view: RunView, out: Output) -> None:
         """Send the run's limit death when it differs from the one last sent (rule 16): a
@@ -411,7 +425,7 @@ class Processor(KeyedProcessor[RunState]):
         self._save(run.run_id)
         self._open.discard(run.run_id)
         run.incomplete = True
-        self._retire.append((self.clock.watermark_us, run.run_id))
+        self._retire.append((max(self.clock.watermark_us, run.last_us or 0), run.run_id))
         out.ledger.runs.append(run_row(run, view_of(run, _classified(run)), timeline=True))
         out.stats["incomplete"] += 1
         if run.alerts.get(RULE_STALE) != "firing":
