@@ -64,8 +64,16 @@ async def send_records(
             n += 1
         futures.append(await producer.send_batch(batch, topic, partition=partition))
         counts.append(n)
+    # every future is awaited, so one batch's error leaves none unretrieved (the event
+    # loop would log each of those at ERROR); the first error is raised
+    results = await asyncio.gather(*futures, return_exceptions=True)
+    metas: list[Any] = []
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+        metas.append(result)
     last: dict[tuple[str, int], int] = {}
-    for meta, n in zip(await asyncio.gather(*futures), counts, strict=True):
+    for meta, n in zip(metas, counts, strict=True):
         if meta is not None and meta.offset is not None:  # the batch's base offset
             key = (meta.topic, meta.partition)
             last[key] = max(last.get(key, -1), meta.offset + n - 1)
