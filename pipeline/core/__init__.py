@@ -43,6 +43,7 @@ from ._intake import (
 from ._processor import Processor
 from ._route import PRODUCER_PATTERNS, home_partition, murmur2, producer_pattern
 from ._run import RunState
+from ._stateformat import STATE_FORMAT, StateFormatError, StateKey
 from ._types import (
     CoreConfig,
     Delivery,
@@ -63,6 +64,7 @@ __all__ = [
     "QUARANTINE_REASONS",
     "RULE_EXHAUSTION",
     "RULE_STALE",
+    "STATE_FORMAT",
     "WATERMARK_KEY",
     "ChannelProcessor",
     "Classified",
@@ -81,6 +83,8 @@ __all__ = [
     "PermanentStoreError",
     "Processor",
     "RunState",
+    "StateFormatError",
+    "StateKey",
     "alert_record",
     "classify",
     "dead_letter_row",

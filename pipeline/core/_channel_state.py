@@ -34,6 +34,7 @@ from prism.schemas import (
 )
 
 from ._run import from_us
+from ._stateformat import STATE_FORMAT, check_format
 from ._types import OutRecord
 
 __all__ = [
@@ -117,6 +118,7 @@ class OperationState:
     def to_bytes(self) -> bytes:
         return orjson.dumps(
             {
+                "v": STATE_FORMAT,
                 "k": self.key,
                 "f": self.facts,
                 "em": self.emitted,
@@ -129,6 +131,7 @@ class OperationState:
     @classmethod
     def from_bytes(cls, raw: bytes) -> OperationState:
         d = orjson.loads(raw)
+        check_format(d, f"channel operation {d.get('k')}")
         return cls(d["k"], d["f"], d["em"], d["n"], d["st"], d["lu"])
 
 

@@ -28,6 +28,7 @@ from typing import ClassVar, Generic, Protocol, TypeVar
 
 import orjson
 
+from ._stateformat import STATE_FORMAT, StateKey, check_format
 from ._types import CoreConfig, EventClock, Output, forwarded_lane
 
 __all__ = ["KeyedProcessor"]
@@ -105,18 +106,19 @@ class KeyedProcessor(Generic[S]):
     # -- state keys -----------------------------------------------------------------------
     @property
     def meta_key(self) -> str:
-        return f"{self.META_PREFIX}\x1f{self.partition}"
+        return str(StateKey(self.META_PREFIX, self.partition))
 
     def item_key(self, key: str) -> str:
         """State key of an item; it names the partition so a shared table can be split again."""
-        return f"{self.ITEM_PREFIX}\x1f{self.partition}\x1f{key}"
+        return str(StateKey(self.ITEM_PREFIX, self.partition, key))
 
     def owns_key(self, key: str) -> bool:
         """Whether a state key belongs to this partition's processor."""
-        kind, _, rest = key.partition("\x1f")
-        return rest.split("\x1f", 1)[0] == str(self.partition) and kind in (
-            self.ITEM_PREFIX,
-            self.META_PREFIX,
+        parsed = StateKey.of(key)
+        return (
+            parsed is not None
+            and parsed.lane == self.partition
+            and parsed.kind in (self.ITEM_PREFIX, self.META_PREFIX)
         )
 
     def load(self, items: Iterable[tuple[str, bytes]], source: str | None = None) -> None:
@@ -125,12 +127,14 @@ class KeyedProcessor(Generic[S]):
         Keys of other kinds (another processor's) are ignored. ``source``: the input topic
         a meta record of the format before per-source offsets counts its one offset for.
         """
-        prefix = f"{self.ITEM_PREFIX}\x1f"
         for key, value in items:
-            if key.startswith(prefix):
+            parsed = StateKey.of(key)
+            if parsed is None or parsed.lane != self.partition:
+                continue
+            if parsed.kind == self.ITEM_PREFIX and parsed.name is not None:
                 self._index(self._decode(value))
-            elif key == self.meta_key:
-                meta = orjson.loads(value)
+            elif parsed.kind == self.META_PREFIX and parsed.name is None:
+                meta = check_format(orjson.loads(value), key)
                 mark = max(self.clock.mark(self.partition), meta["wm"])
                 self.clock.set_mark(self.partition, mark)
                 copies = meta.get("wf")
@@ -216,6 +220,7 @@ class KeyedProcessor(Generic[S]):
         for key in self._dropped:
             writes[self.item_key(key)] = None
         meta = {
+            "v": STATE_FORMAT,
             "wm": self.clock.mark(self.partition),
             "no": self.next_offset,
             "so": self.offsets,

@@ -31,6 +31,8 @@ import orjson
 
 from prism.schemas import AgentEvent, FastEvent
 
+from ._stateformat import STATE_FORMAT, check_format
+
 if TYPE_CHECKING:  # _classify imports this module
     from ._classify import Classified
 
@@ -216,6 +218,7 @@ class RunState:
     def to_bytes(self) -> bytes:
         return orjson.dumps(
             {
+                "v": STATE_FORMAT,
                 "r": self.run_id,
                 "f": self.facts,
                 "em": self.emitted,
@@ -235,6 +238,7 @@ class RunState:
     @classmethod
     def from_bytes(cls, raw: bytes) -> RunState:
         d = orjson.loads(raw)
+        check_format(d, f"run {d.get('r')}")
         return cls(
             run_id=d["r"],
             facts=d["f"],

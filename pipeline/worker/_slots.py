@@ -33,6 +33,7 @@ from ..core import (
     Output,
     OutRecord,
     PermanentStoreError,
+    StateKey,
     death_record,
     lane_record,
 )
@@ -66,7 +67,8 @@ def check_state_size(out: Output, limit: int) -> None:
     """Refuse (``PermanentStoreError``) a step whose state would not fit in one state record."""
     for key, value in out.state_writes.items():
         if value is not None and len(value) > limit:
-            name = key.split("\x1f", 2)[-1]
+            parsed = StateKey.of(key)
+            name = key if parsed is None or parsed.name is None else parsed.name
             raise PermanentStoreError(
                 f"the state of {name!r} would be {len(value):,} bytes, more than the "
                 f"{limit:,} a changelog record holds (PRISM_MAX_EVENT_BYTES sets it)"
@@ -187,13 +189,14 @@ class Slots:
                     f"slot {p}'s state was written for {stored.partitions} input partitions, "
                     f"the topic has {self.partitions}: see SCALING.md, changing the count"
                 )
+            by_lane: dict[int, list[tuple[str, bytes]]] = {}
+            for k, v in state.items():
+                parsed = StateKey.of(k)
+                if parsed is not None:
+                    by_lane.setdefault(parsed.lane, []).append((str(parsed), v))
             for lane in slot.lanes:
                 self.intake.drop(lane)
-                tag = str(lane).encode()
-                items = (
-                    (k.decode(), v) for k, v in state.items() if k.split(b"\x1f")[1:2] == [tag]
-                )
-                self.intake.load(lane, items)
+                self.intake.load(lane, by_lane.get(lane, []))
             for tp in self.tps(p):
                 if stored is not None and tp.topic in stored.positions:
                     slot.positions[tp] = stored.positions[tp.topic]

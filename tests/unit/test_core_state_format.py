@@ -1,0 +1,96 @@
+"""The stored lane state: one parse of its keys, a format version in every row it writes.
+
+Rows without a version are of the format before and still load; a row of a newer format
+than this code is refused with its key and both versions named, never read half-way.
+"""
+
+from __future__ import annotations
+
+import re
+
+import orjson
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from prism.pipeline.core import (
+    STATE_FORMAT,
+    CoreConfig,
+    InRecord,
+    Intake,
+    StateFormatError,
+    StateKey,
+    store_isolating,
+)
+from prism.runtime.simulator import FleetConfig, simulate
+
+NOW = 2_000_000_000.0
+
+
+@given(
+    st.sampled_from(["r", "c", "m", "cm"]),
+    st.integers(-1, 10_000),
+    st.none() | st.text(min_size=1).filter(lambda s: "\x00" not in s),
+)
+def test_a_key_parses_back_to_what_made_it(kind: str, lane: int, name: str | None) -> None:
+    key = StateKey(kind, lane, name)
+    assert StateKey.parse(str(key)) == key
+    assert StateKey.parse(str(key).encode()) == key
+
+
+@pytest.mark.parametrize("raw", ["", "r", "slot-position", "r\x1fseven\x1frun-1"])
+def test_a_key_that_is_no_lane_key_is_refused_by_name(raw: str) -> None:
+    with pytest.raises(StateFormatError, match="state key"):
+        StateKey.parse(raw)
+    assert StateKey.of(raw) is None
+
+
+def _fleet_writes() -> tuple[Intake, dict[str, bytes]]:
+    fleet = simulate(FleetConfig(runs=40, seed=5, channel_operations=10))
+    intake = Intake(CoreConfig(processing_grace=False))
+    recs = [InRecord(r.value, "t", 0, i) for i, r in enumerate(fleet.records)]
+    out = store_isolating(intake, {0: recs}, NOW, lambda _: None)
+    writes = {k: v for k, v in out.state_writes.items() if v is not None}
+    return intake, writes
+
+
+def test_every_row_a_step_writes_has_a_parsed_key_and_the_current_format() -> None:
+    _, writes = _fleet_writes()
+    kinds = {StateKey.parse(k).kind for k in writes}
+    assert {"r", "m"} <= kinds  # runs and the lane's meta record at least
+    for key, value in writes.items():
+        assert StateKey.parse(key).lane == 0
+        assert orjson.loads(value)["v"] == STATE_FORMAT, key
+
+
+def _runs(intake: Intake) -> dict[str, bytes]:
+    return {k: v.to_bytes() for k, v in intake.processor(0).runs.items()}
+
+
+def test_rows_of_the_format_before_load_as_they_always_did() -> None:
+    intake, writes = _fleet_writes()
+    old = {}
+    for key, value in writes.items():
+        row = orjson.loads(value)
+        del row["v"]
+        old[key] = orjson.dumps(row)
+    again = Intake(CoreConfig(processing_grace=False))
+    again.load(0, old.items())
+    assert _runs(again) == _runs(intake)
+    assert again.clock.mark(0) == intake.clock.mark(0)
+
+
+def test_a_row_of_a_newer_format_is_refused_with_its_key_and_versions() -> None:
+    _, writes = _fleet_writes()
+    key = next(k for k in writes if StateKey.parse(k).kind == "r")
+    newer = dict(writes)
+    newer[key] = orjson.dumps({**orjson.loads(writes[key]), "v": STATE_FORMAT + 1})
+    run = StateKey.parse(key).name
+    versions = f"format {STATE_FORMAT + 1}; this release reads formats up to {STATE_FORMAT}"
+    with pytest.raises(StateFormatError, match=re.escape(f"'run {run}' is of {versions}")):
+        Intake().load(0, newer.items())
+    meta = next(k for k in writes if StateKey.parse(k).kind == "m")
+    newer = dict(writes)
+    newer[meta] = orjson.dumps({**orjson.loads(writes[meta]), "v": STATE_FORMAT + 1})
+    with pytest.raises(StateFormatError, match=re.escape(f"{meta!r} is of {versions}")):
+        Intake().load(0, newer.items())
