@@ -169,7 +169,9 @@ def results_document(
             "loadavg_end": list(os.getloadavg()),
         },
         "rows": list(rows),
-        "summary": summary_rows(rows),
+        "summary": summary_rows(
+            rows, {"pipeline" if n in PIPELINE_PARTS else n for n in args.only}
+        ),
         "targets": list(targets),
         "errors": list(errors),
     }

@@ -15,7 +15,7 @@ Example::
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -203,10 +203,11 @@ def _target_of(bench: str, metric: str) -> Target | None:
     return next((t for t in TARGETS if (t.bench, t.metric) == (bench, metric)), None)
 
 
-def summary_rows(rows: Sequence[Row]) -> list[Row]:
+def summary_rows(rows: Sequence[Row], ran: Collection[str] | None = None) -> list[Row]:
     """The printed table's lines in ``SUMMARY`` order: ``label``, ``row`` (bench/metric),
     ``value``, ``unit``, ``target`` (text or "") and ``status`` ("met", "not met", "not
-    measured", or "" without a target). A target no row measured still gets its line."""
+    measured", or "" without a target). A target no row measured still gets its line when
+    its benchmark ran (``ran``: "pipeline", "ledger", ...; None: every target's)."""
     out: list[Row] = []
     shown: set[tuple[str, str]] = set()
     for line in SUMMARY:
@@ -236,6 +237,8 @@ def summary_rows(rows: Sequence[Row]) -> list[Row]:
             )
         for t in TARGETS:  # the targets of this line that nothing measured
             key = (t.bench, t.metric)
+            if ran is not None and t.bench not in ran:
+                continue
             if t.bench == line.bench and re.fullmatch(line.pattern, t.metric) and key not in shown:
                 shown.add(key)
                 m = re.fullmatch(line.pattern, t.metric)

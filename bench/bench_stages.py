@@ -14,16 +14,20 @@ policy (``GcPolicy.batch``). Each stage is timed where it runs:
   stage they interrupt.
 
 Figures are microseconds per event, from the total over the whole fleet; ``stages_events_per_s``
-is the loop's rate, ``stages_peak_rss`` the child's peak RSS and ``stages_rss_<q>`` its RSS
-after each quarter of the fleet (flat when memory does not grow with the events seen).
+is the loop's rate, ``stages_peak_rss`` the child's peak RSS, ``stages_rss_start`` its RSS
+before the first batch and ``stages_rss_<q>`` after each quarter of the fleet (flat when
+memory does not grow with the events seen); ``stages_engine_start``/``_end`` is what the
+chDB engine's own allocator tracks (``MemoryTracking``), its part of the RSS, and
+``stages_active_parts`` the ledger's data parts at the end.
 chDB hosts one engine per process, so ``run()`` works in a child process.
 Run: ``.venv/bin/python -m bench.bench_stages [--quick] [--events N] [--batch N]
 [--tracemalloc]``.
 
 ``--tracemalloc`` (not part of ``python -m bench``: tracing slows every stage several
 times) says what holds the Python heap: ``traced_peak`` (the most Python objects alive
-at once), ``traced_end`` (after the last batch), ``traced_state`` (what freeing the
-intake, its lanes' run state, gives back), and ``traced_end[<file>]`` for the ten source
+at once), ``traced_end`` (after the last batch), ``traced_last_batch`` (what freeing the
+last batch's records and output gives back), ``traced_state`` (what freeing the intake,
+its lanes' run state, then gives back), and ``traced_end[<file>]`` for the ten source
 files whose allocations hold the most at the end. What RSS holds beyond these is native:
 the chDB engine, its insert buffers, the interpreter and its modules.
 """
@@ -120,6 +124,17 @@ def _rss_mib() -> float:
     return float("nan")
 
 
+def _engine_mib(client: Any) -> float:
+    """What the chDB engine's allocator tracks (``MemoryTracking``) in MiB: its part of RSS."""
+    query = "SELECT value FROM system.metrics WHERE metric = 'MemoryTracking'"
+    return int(str(client.command(query))) / 2**20
+
+
+def _active_parts(client: Any) -> int:
+    """Active data parts over the ledger's tables (each insert makes one until merged)."""
+    return int(str(client.command("SELECT count() FROM system.parts WHERE active")))
+
+
 def _traced_rows(snapshot: Any, top: int = 10) -> list[dict[str, Any]]:
     """``traced_end[<file>]`` rows: the ``top`` source files holding the most (MiB)."""
     roots = (str(Path(__file__).resolve().parent.parent), sysconfig.get_paths()["stdlib"])
@@ -161,6 +176,7 @@ def _child(
         intake._parse = timers.timed("parse", intake._parse)  # type: ignore[method-assign]
         policy = GcPolicy()
         per = max(1, batch_size // PARTITIONS)
+        engine_start, rss_start = _engine_mib(client), _rss_mib()
         gc.collect()
         gc.freeze()
         gc.callbacks.append(timers.gc_callback)
@@ -184,19 +200,24 @@ def _child(
         finally:
             gc.callbacks.remove(timers.gc_callback)
         elapsed = time.perf_counter() - started
+        engine_end, parts_end = _engine_mib(client), _active_parts(client)
         if trace:
             gc.unfreeze()
             gc.collect()
             end, peak = tracemalloc.get_traced_memory()
             traced += _traced_rows(tracemalloc.take_snapshot())
-            del intake, store, out, batch  # the lanes' run state and the last batch
+            del out, batch  # the last batch's records and output
             gc.collect()
-            freed = end - tracemalloc.get_traced_memory()[0]
+            after_batch = tracemalloc.get_traced_memory()[0]
+            del intake, store  # the lanes' run state
+            gc.collect()
+            after_state = tracemalloc.get_traced_memory()[0]
             tracemalloc.stop()
             traced[:0] = [
                 _row("traced_peak", peak / 2**20, "MiB"),
                 _row("traced_end", end / 2**20, "MiB"),
-                _row("traced_state", freed / 2**20, "MiB"),
+                _row("traced_last_batch", (end - after_batch) / 2**20, "MiB"),
+                _row("traced_state", (after_batch - after_state) / 2**20, "MiB"),
             ]
         client.close()
     sec = timers.seconds
@@ -213,8 +234,12 @@ def _child(
     rows.append(_row("stage_total", elapsed / total * 1e6, "us/event"))
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     rows.append(_row("stages_peak_rss", peak_kib / 1024, "MiB"))
+    rows.append(_row("stages_rss_start", rss_start, "MiB"))
     for q in (1, 2, 3, 4):
         rows.append(_row(f"stages_rss_{q}q", samples[max(0, len(samples) * q // 4 - 1)], "MiB"))
+    rows.append(_row("stages_engine_start", engine_start, "MiB"))
+    rows.append(_row("stages_engine_end", engine_end, "MiB"))
+    rows.append(_row("stages_active_parts", parts_end, "parts"))
     return rows + traced
 
 
