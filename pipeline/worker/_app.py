@@ -11,7 +11,8 @@ Wiring only; each part is a module of its own:
 - ``core.Intake`` / ``core.store_isolating``: parse, run semantics, poison isolation;
 - ``_alerter``: the one exhaustion alerter on the single ``limit-deaths`` partition;
 - ``_marks``: every lane's event-time report, for one watermark across processes;
-- ``_watch``: positions against ends: read-backs, lane reports, progress rows.
+- ``_watch``: positions against ends: read-backs, lane reports, progress rows;
+- ``_notify``: the alert sinks a committed batch's alerts go to.
 
 One task runs the loop: fetch, then under the lock a batch (``_batch``), and the timer's
 tick when due (``_tick``). The group's callbacks (``revoked`` / ``assigned``) take the
@@ -32,12 +33,10 @@ import socket
 import time
 import uuid
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from aiokafka import TopicPartition
-
-from prism.schemas import AlertRow
 
 from .._store import LedgerSink, LedgerStore, LedgerUnavailable
 from ..core import InRecord, Intake, Output, PermanentStoreError, store_isolating
@@ -49,6 +48,7 @@ from ._consumer import GroupConsumer, KafkaGroupConsumer
 from ._gc import GcPolicy
 from ._lanes import source_of
 from ._marks import LaneMarks
+from ._notify import AlertSink, Notifiers
 from ._records import die
 from ._slots import Slots, check_state_size, slot_of
 from ._state import StateReader
@@ -59,7 +59,7 @@ __all__ = ["AlertSink", "PipelineWorker"]
 
 log = logging.getLogger("prism.worker")
 
-AlertSink = Callable[[list[AlertRow]], Awaitable[None]]
+_MARKS_WAIT_S = 60  # the longest a starting worker waits to read the other lanes' reports
 
 
 class PipelineWorker:
@@ -87,7 +87,7 @@ class PipelineWorker:
     ) -> None:
         self.settings = settings
         self.clock = clock
-        self.alert_sinks = list(alert_sinks)
+        self.notifiers = Notifiers(alert_sinks)
         self.topics = t = settings.topics
         self.drop_fetched = drop_fetched
         kw = settings.aiokafka_kwargs()
@@ -124,7 +124,9 @@ class PipelineWorker:
         if settings.budgets_file is not None:  # every lane's billed spend to the budget desk
             self.slots.spend = LaneSpend(prices)
         self._deaths, self._deaths_held = TopicPartition(t.limit_deaths, 0), False
-        self.marks = LaneMarks(t.lane_marks, kw)
+        self.marks = LaneMarks(
+            t.lane_marks, kw, idle_expiry_s=settings.consumer_session_timeout_seconds
+        )
         self._lock = asyncio.Lock()
         self.gc = GcPolicy()
         self.telemetry = WorkerTelemetry(settings.state_dir / "worker-stats.json")
@@ -135,6 +137,8 @@ class PipelineWorker:
         """Join the group and work until ``stop``; a failure stops the process uncommitted."""
         await self.consumer.start([*self.topics.slot_topics, self.topics.limit_deaths], self)
         marks = asyncio.ensure_future(self.marks.run(lambda: self._stopping))
+        if not await self.marks.wait_caught_up(_MARKS_WAIT_S):  # the lanes that hold time
+            log.warning("the lane reports were not read within %ds; going on", _MARKS_WAIT_S)
         next_tick = time.monotonic() + self._tick_interval
         try:
             while not self._stopping:
@@ -284,7 +288,7 @@ class PipelineWorker:
         self.stats.update(out.stats)
         self.telemetry.outcomes(out.stats)
         if out.ledger.alerts:
-            await self._notify(out.ledger.alerts)
+            await self.notifiers.send(out.ledger.alerts)
         self.telemetry.write_stats()
 
     # -- time ---------------------------------------------------------------------------
@@ -360,14 +364,7 @@ class PipelineWorker:
             self._deaths_held = False
             self.alerts.forget()
         elif out.ledger.alerts:
-            await self._notify(out.ledger.alerts)
-
-    async def _notify(self, rows: list[AlertRow]) -> None:
-        for sink in self.alert_sinks:
-            try:
-                await sink(rows)
-            except Exception:  # a notifier must never stop the stream
-                log.exception("alert sink %r failed", sink)
+            await self.notifiers.send(out.ledger.alerts)
 
     # -- lifecycle ----------------------------------------------------------------------
     def _report_figures(self) -> None:
@@ -389,13 +386,7 @@ class PipelineWorker:
         except Exception:
             log.warning("the consumer did not leave the group cleanly", exc_info=True)
         marks.cancel()
-        for sink in self.alert_sinks:
-            aclose = getattr(sink, "aclose", None)
-            if aclose is not None:
-                try:
-                    await aclose(timeout=5.0)
-                except Exception:
-                    log.exception("closing alert sink %r failed", sink)
+        await self.notifiers.aclose()
         self._report_figures()
         self.telemetry.stopped()
         await self.transactions.close_all()

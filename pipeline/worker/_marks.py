@@ -9,10 +9,16 @@ whose own partitions went quiet still sees the pipeline's time move: its stale r
 marked and its grace periods end on the others' progress, as on the file path, where one
 clock sees every partition.
 
-A report says when it was sent; one older than ``REPORT_EXPIRY_S`` is dropped (its owner
-stopped, and the lane's next owner reports it), so a worker re-sends an unchanged report
-every ``REPORT_HEARTBEAT_S``. Reports are applied to the clock under the worker's lock,
-between steps, never while one runs.
+A report says when it was sent, and a worker re-sends an unchanged one every
+``heartbeat_s`` (a third of the consumer session timeout). A lane's report stays until a
+newer one replaces it: a lane whose owner stopped keeps holding the watermark at its last
+mark until its next owner reports it, since its records are still to come. An *idle*
+report older than the session timeout is no longer believed idle (its owner may have
+stopped while records arrived) and holds the watermark at its mark like a lane reading.
+Reports are applied to the clock under the worker's lock, between steps, never while one
+runs. A process that just started steps nothing until it has read the topic to the end
+offset it found (``wait_caught_up``): until then it would not know the lanes that hold the
+watermark back and would decide past them.
 """
 
 from __future__ import annotations
@@ -27,13 +33,17 @@ import orjson
 from ..core import EventClock, LaneReport
 from ._state import stop_quietly
 
-__all__ = ["REPORT_EXPIRY_S", "REPORT_HEARTBEAT_S", "LaneMarks", "decode_lane_mark"]
+__all__ = ["LaneMarks", "decode_lane_mark", "heartbeat_s"]
 
 log = logging.getLogger("prism.worker")
 
-REPORT_EXPIRY_S = 60.0  # a report older than this no longer counts (its owner stopped)
-REPORT_HEARTBEAT_S = 20.0  # an unchanged report is sent again this often
 _POLL_MS = 500
+
+
+def heartbeat_s(session_timeout_s: float) -> float:
+    """How often an unchanged report is sent again: three times per session timeout, so a
+    live idle lane's report never ages past it."""
+    return max(0.5, session_timeout_s / 3)
 
 
 def decode_lane_mark(raw: bytes | None) -> tuple[int, LaneReport, float] | None:
@@ -49,12 +59,26 @@ def decode_lane_mark(raw: bytes | None) -> tuple[int, LaneReport, float] | None:
 class LaneMarks:
     """The latest report of every lane of the pipeline, read from the lane-marks topic."""
 
-    def __init__(self, topic: str, consumer_kwargs: dict[str, Any]) -> None:
+    def __init__(
+        self, topic: str, consumer_kwargs: dict[str, Any], *, idle_expiry_s: float = 10.0
+    ) -> None:
         self.topic = topic
         self.kwargs = consumer_kwargs
+        self.idle_expiry_s = idle_expiry_s
         self.latest: dict[int, tuple[LaneReport, float]] = {}  # lane -> (report, sent at)
         self.copies: dict[int, int] = {}  # lane -> its repartition position, last reported
+        self.caught_up = asyncio.Event()  # the topic was read to the end offset found first
+        self._target: int | None = None  # that end offset
         self._consumer: Any = None
+
+    async def wait_caught_up(self, timeout_s: float) -> bool:
+        """Wait until the reader reached the topic's end (as found when it started);
+        False when ``timeout_s`` passed first (a broker away: the caller goes on)."""
+        try:
+            await asyncio.wait_for(self.caught_up.wait(), timeout_s)
+        except TimeoutError:
+            return False
+        return True
 
     async def run(self, stopping: Callable[[], bool]) -> None:
         """Follow the topic until ``stopping()``; broker errors are retried with backoff."""
@@ -74,10 +98,16 @@ class LaneMarks:
                     tp = TopicPartition(self.topic, 0)
                     self._consumer.assign([tp])
                     await self._consumer.seek_to_beginning(tp)
+                    if self._target is None:
+                        self._target = (await self._consumer.end_offsets([tp]))[tp]
                 batch = await self._consumer.getmany(timeout_ms=_POLL_MS)
                 for records in batch.values():
                     for rec in records:
                         self.take(rec.value)
+                if not self.caught_up.is_set() and self._target is not None:
+                    position = await self._consumer.position(TopicPartition(self.topic, 0))
+                    if position >= self._target:
+                        self.caught_up.set()
                 delay = 0.5
             except asyncio.CancelledError:
                 raise
@@ -98,13 +128,14 @@ class LaneMarks:
                 self.copies[lane] = copies
 
     def apply(self, clock: EventClock, held: Collection[int], now: float) -> None:
-        """Let the lanes this process does not hold (``held``) into ``clock``, dropping
-        reports older than ``REPORT_EXPIRY_S``."""
+        """Let the lanes this process does not hold (``held``) into ``clock``; an idle
+        report older than ``idle_expiry_s`` counts as a lane still reading."""
         for lane, (report, at) in self.latest.items():
-            if lane in held or now - at > REPORT_EXPIRY_S:
+            if lane in held:
                 clock.forget_remote(lane)
             else:
-                clock.remote(lane, report.mark_us, report.idle)
+                idle = report.idle and now - at <= self.idle_expiry_s
+                clock.remote(lane, report.mark_us, idle)
 
     async def close(self) -> None:
         consumer, self._consumer = self._consumer, None

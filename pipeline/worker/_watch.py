@@ -13,7 +13,7 @@ end offset, and turns that into:
   on means markers or aborted copies in between;
 - **lane reports** for the alerter and the shared watermark (``reports``, rule 16): idle
   once every partition of the lane is at its end, quiet once idle for the allowed lateness
-  in processing time; a report is sent when it changes or every ``REPORT_HEARTBEAT_S``;
+  in processing time; a report is sent when it changes or every ``_marks.heartbeat_s``;
 - **progress rows** (``progress``): each held input partition's position and end, once per
   ``Settings.progress_interval_seconds``, for the Pipeline dashboard's lag panel;
 - **holds released** (``release_copies``): a step that forwards copies holds the
@@ -39,7 +39,7 @@ from ..core import InRecord, Intake, LaneReport, Output
 from ..settings import Settings
 from ._consumer import GroupConsumer
 from ._lanes import CHANNEL_LANE
-from ._marks import REPORT_HEARTBEAT_S
+from ._marks import heartbeat_s
 from ._offsets import ReadBack
 from ._slots import Slots, slot_of
 
@@ -139,6 +139,7 @@ class PartitionWatch:
         a real offsets request, ``ends``; without one, as the last fetch saw them), quiet
         once idle for the allowed lateness in processing time (rule 16)."""
         lateness = self.intake.config.lateness_s
+        heartbeat = heartbeat_s(self.settings.consumer_session_timeout_seconds)
         changed: dict[int, LaneReport] = {}
         for p, slot in sorted(self.slots.held.items()):
             for lane in slot.lanes:
@@ -157,7 +158,7 @@ class PartitionWatch:
                 report = self.intake.lane_report(lane, idle=idle, quiet=quiet)
                 copies = slot.positions.get(TopicPartition(self.slots.repartition_of(lane), p))
                 last, last_copies, at = self._reported.get(lane, (None, None, 0.0))
-                if (last, last_copies) != (report, copies) or now - at >= REPORT_HEARTBEAT_S:
+                if (last, last_copies) != (report, copies) or now - at >= heartbeat:
                     changed[lane] = report
         return changed
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from prism.pipeline.core import EventClock, LaneReport, lane_record
-from prism.pipeline.worker._marks import REPORT_EXPIRY_S, LaneMarks, decode_lane_mark
+from prism.pipeline.worker._marks import LaneMarks, decode_lane_mark, heartbeat_s
 
 
 def test_remote_lanes_move_the_watermark_and_hold_it_back_while_reading() -> None:
@@ -20,21 +20,49 @@ def test_remote_lanes_move_the_watermark_and_hold_it_back_while_reading() -> Non
     assert clock.watermark_us == 100
 
 
-def test_the_reader_keeps_each_lanes_latest_report_and_drops_expired_or_held_ones() -> None:
-    marks = LaneMarks("p.lane-marks", {})
+def test_the_reader_keeps_each_lanes_latest_report_and_leaves_held_ones_to_this_process() -> None:
+    marks = LaneMarks("p.lane-marks", {}, idle_expiry_s=10)
     now = 1_000.0
     marks.take(lane_record(1, LaneReport(200, None, idle=False), now - 1).value)
     marks.take(lane_record(1, LaneReport(400, None, idle=True), now).value)  # replaces it
-    marks.take(lane_record(2, LaneReport(900, None, idle=True), now - REPORT_EXPIRY_S - 1).value)
     marks.take(lane_record(3, LaneReport(50, None, idle=False), now).value)
     marks.take(b"not json")  # a record that is no report changes nothing
     clock = EventClock()
     clock.set_mark(3, 60)
-    marks.apply(clock, held={3}, now=now)
-    # lane 2 expired (its owner stopped), lane 3 is this process's own
+    marks.apply(clock, held={3}, now=now)  # lane 3 is this process's own
     assert clock.watermark_us == 400
     marks.apply(clock, held={1, 3}, now=now)  # lane 1 was assigned here since
     assert clock.watermark_us == 60
+
+
+def test_a_lane_whose_owner_stopped_holds_the_watermark_until_its_next_owner_reports() -> None:
+    marks = LaneMarks("p.lane-marks", {}, idle_expiry_s=10)
+    now = 1_000.0
+    marks.take(lane_record(1, LaneReport(900, None, idle=True), now).value)
+    marks.take(lane_record(2, LaneReport(300, None, idle=False), now - 3_600).value)  # reading
+    clock = EventClock()
+    marks.apply(clock, held=(), now=now)
+    assert clock.watermark_us == 300  # an hour-old report of a lane reading still holds
+    marks.take(lane_record(2, LaneReport(700, None, idle=True), now).value)  # its next owner
+    marks.apply(clock, held=(), now=now)
+    assert clock.watermark_us == 900
+
+
+def test_an_idle_report_older_than_the_session_timeout_is_no_longer_believed_idle() -> None:
+    marks = LaneMarks("p.lane-marks", {}, idle_expiry_s=10)
+    now = 1_000.0
+    marks.take(lane_record(1, LaneReport(900, None, idle=True), now).value)
+    marks.take(lane_record(2, LaneReport(300, None, idle=True), now - 11).value)  # owner gone?
+    clock = EventClock()
+    marks.apply(clock, held=(), now=now - 5)  # both fresh: idle lanes hold nothing
+    assert clock.watermark_us == 900
+    marks.apply(clock, held=(), now=now)  # lane 2 may have records its owner never read
+    assert clock.watermark_us == 300
+
+
+def test_reports_are_sent_again_three_times_per_session_timeout() -> None:
+    assert heartbeat_s(10.0) * 3 == 10.0
+    assert heartbeat_s(0.1) == 0.5  # never a flood
 
 
 def test_a_report_round_trips_through_its_record() -> None:
