@@ -92,13 +92,13 @@ class EventClock:
 
     Every partition's processor of one pipeline shares one clock and keeps its own mark
     (the latest event time it saw). The watermark is the highest mark, held back by the
-    marks of partitions the shell reports as still behind (records waiting on the topic):
-    a quiet, caught-up partition cannot keep a stale run ``running``, and a partition
-    catching up after a restart or a replay does not see its own runs judged by the
-    others' time. An event stamped more than ``max_skew_s`` ahead of the processing clock
-    moves no mark at all: a bad producer clock can neither close nor expire other runs,
-    not even in a backfill of old events, where "now plus the skew" would still be far
-    ahead of everyone else.
+    marks of partitions the shell reports as still behind (records waiting on the topic;
+    one that has no mark yet holds it at 0): a quiet, caught-up partition cannot keep a
+    stale run ``running``, and a partition catching up after a restart or a replay does
+    not see its own runs judged by the others' time. An event stamped more than
+    ``max_skew_s`` ahead of the processing clock moves no mark at all: a bad producer
+    clock can neither close nor expire other runs, not even in a backfill of old events,
+    where "now plus the skew" would still be far ahead of everyone else.
 
     A lane that reads forwarded copies keeps their mark apart (``forwarded_lane``), and a
     copy on its way to a lane holds the watermark at its event time (``hold``): copies
@@ -131,7 +131,10 @@ class EventClock:
         if not self._marks and not self._remote:
             return 0
         top = max(max(self._marks.values(), default=0), self._remote_top)
-        held = [self._marks[p] for p in self._behind if p in self._marks]
+        # a lane with records waiting and no mark yet (its first copies on their way)
+        # holds at 0, as a remote lane reading without a mark does: nothing is decided
+        # past records whose time nobody has seen
+        held = [self._marks.get(p, 0) for p in self._behind]
         held += self._holds.values()
         if self._remote_held is not None:
             held.append(self._remote_held)

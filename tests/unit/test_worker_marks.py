@@ -20,6 +20,19 @@ def test_remote_lanes_move_the_watermark_and_hold_it_back_while_reading() -> Non
     assert clock.watermark_us == 100
 
 
+def test_a_lane_with_records_waiting_and_no_mark_holds_like_a_remote_one() -> None:
+    # copies on their way to a lane that has applied none yet: their time is unknown, so
+    # nothing is decided past them, as for another process's lane reading without a mark
+    local, remote = EventClock(), EventClock()
+    for clock in (local, remote):
+        clock.set_mark(0, 500)
+    local.behind(7, True)
+    remote.remote(7, 0, idle=False)
+    assert local.watermark_us == remote.watermark_us == 0
+    local.behind(7, False)  # applied: it holds no more
+    assert local.watermark_us == 500
+
+
 def test_the_reader_keeps_each_lanes_latest_report_and_leaves_held_ones_to_this_process() -> None:
     marks = LaneMarks("p.lane-marks", {}, idle_expiry_s=10)
     now = 1_000.0
