@@ -26,6 +26,7 @@ __all__ = ["StateReader", "stop_quietly"]
 log = logging.getLogger("prism.worker")
 
 _POLL_MS = 500
+_FETCH_BYTES = 16 * 1024 * 1024  # per partition and fetch (aiokafka's default is 1 MiB)
 
 
 class StateReader:
@@ -68,6 +69,8 @@ class StateReader:
                     group_id=None,
                     enable_auto_commit=False,
                     isolation_level="read_committed",
+                    max_partition_fetch_bytes=_FETCH_BYTES,  # whole partitions: big fetches
+                    fetch_max_bytes=4 * _FETCH_BYTES,
                     **self.kwargs,
                 )
                 await self._consumer.start()

@@ -46,11 +46,10 @@ def test_topics_and_the_table_changelogs_are_created_once(
             found_configs = {
                 res[3]: dict((e[0], e[1]) for e in res[4]) for r in configs for res in r.resources
             }
-            compaction = {
-                n: (found_configs[n]["segment.ms"], found_configs[n]["min.cleanable.dirty.ratio"])
-                for n in names[:2]
-            }
-            assert compaction == dict.fromkeys(names[:2], ("600000", "0.1")), compaction
+            keys = ("segment.ms", "segment.bytes", "min.cleanable.dirty.ratio")
+            compaction = {n: tuple(found_configs[n][k] for k in keys) for n in names[:2]}
+            wanted = ("60000", str(16 * 1024 * 1024), "0.1")
+            assert compaction == dict.fromkeys(names[:2], wanted), compaction
             return first, again, {
                 n: (described[n], found_configs[n]["cleanup.policy"],
                     int(found_configs[n]["max.message.bytes"]))
@@ -90,6 +89,11 @@ def test_a_changed_partition_count_is_refused_with_the_way_to_migrate(
         await admin.start()
         try:
             await admin.create_partitions({settings.topics.input: NewPartitions(6)})
+            for _ in range(300):  # until the broker's metadata shows them
+                found = await admin.describe_topics([settings.topics.input])
+                if len(found[0]["partitions"]) == 6:
+                    break
+                await asyncio.sleep(0.1)
         finally:
             await admin.close()
 
