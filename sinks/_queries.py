@@ -47,7 +47,9 @@ def run_timeline(client: Client, database: str, run_id: str) -> dict[str, Any]:
 
 # The views' rows of one run (runs, turns, usage, run_events: migrations 0002-0003), read from
 # their storage tables: the same FINAL and retraction filter, without the view's own planning
-# cost, which was about a third of each lookup (tests hold both to the same rows).
+# cost, which was about a third of each lookup (tests hold both to the same rows). runs_store,
+# turns_store and run_events_store keep parts up to 256 MiB compact (migration 0009): one
+# file per part to read instead of one per column (sinks/SCHEMA.md, "Part formats").
 _WHERE = "WHERE run_id = {{run_id:String}}"
 _TIMELINE_SQL = (
     f"SELECT * FROM {{db}}.runs_store FINAL {_WHERE}",
