@@ -1,17 +1,27 @@
-"""Ledger benchmark: writer rows/s, the billing query and a run-timeline lookup on chDB.
+"""Ledger benchmark: the writer, then the three queries issue 29 names and a cold first report.
 
-A synthetic fleet (1M usage rows and 1M raw events; quick mode 100k each, plus the runs
-and turns of those runs) goes through ``LedgerWriter`` into a fresh chDB database under a
-temporary path, spread over two calendar months in time order (a third of the runs use a
-model that only estimates usage, and each of those has one estimate superseded by a
-reported row). Then the first billing report of the previous month (``billing_first_ms``:
-it refreshes the month's day rollup, sinks/_rollup.py), and 50 times each: the billing
-report for the previous month, all tenants and one tenant; the same from the rows alone
-(``*_rows``, ``rollup=False``: the reference, what every report read before the rollup);
-``run_timeline`` for a random run; and the billing report again once the month's parts are
-merged (as a past month's are). Targets: p95 <= 100 ms for both queries.
+A synthetic ledger of about 3.2M rows (1.07M usage rows, 1.1M raw events, 0.9M turns and
+0.1M runs; quick mode a tenth) goes through ``LedgerWriter`` into a fresh chDB database
+under a temporary path, spread over two calendar months in time order (a third of the runs
+use a model that only estimates usage, and each of those has one estimate superseded by a
+reported row). Then, one process after the other (chDB hosts one engine per process):
 
-chDB hosts one engine per process, so ``run()`` does the work in a child process.
+- ``billing_first_ms``: ``prism-pipeline billing`` for the previous month in a new process,
+  the first report the ledger ever answers, timed from the command's start to its exit
+  (interpreter, imports, opening the engine, refreshing the month's day rollup,
+  sinks/_rollup.py, and the report). ``billing_cold_ms`` is the same command once more in
+  another new process (the rollup now current).
+- 50 times each, in one process, after one warm-up: the billing report for the previous
+  month, all tenants and one random tenant (``billing_month_*``); the same from the rows
+  alone (``*_rows``, ``rollup=False``: the ``FINAL`` reference); ``run_timeline`` of a
+  random run; the current month's report, all tenants and one (``billing_current_month_*``:
+  a month not over yet has no rollup and reads rows); and the previous month's report
+  again once its parts are merged (``*_merged``, as a past month's are).
+
+Every report is checked against the rows' reference (the cold process's JSON too), so a
+fast wrong answer fails the benchmark. Targets (issue 29): billing one tenant p95 <= 30 ms,
+all tenants p95 <= 60 ms, run timeline p95 <= 40 ms, the first billing < 2 s.
+
 Run: ``.venv/bin/python -m bench.bench_ledger [--quick]``.
 """
 
@@ -20,6 +30,7 @@ from __future__ import annotations
 import json
 import random
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -31,15 +42,56 @@ from typing import Any
 from bench._child import run_child
 
 BENCH = "ledger"
+DATABASE = "bench"
 REPEATS = 50
 TURNS_PER_RUN = 9  # provider_turn usage rows and turn events per run, plus run_total/start/end
 TENANTS = 20
 MODELS = [("anthropic", "claude-sonnet-4-5"), ("openai", "gpt-4.1"), ("ollama", "llama3.1:70b")]
 
 
+# issue 29's targets: metric -> the most it may be (ms)
+TARGETS = {
+    "billing_month_one_tenant_p95": 30.0,
+    "billing_month_all_tenants_p95": 60.0,
+    "run_timeline_p95": 40.0,
+    "billing_first_ms": 2000.0,
+}
+
+
 def run(quick: bool = False) -> list[dict[str, Any]]:
-    """Run the benchmark in a child process (its own chDB engine) and return its rows."""
-    return run_child("bench.bench_ledger", *(["--quick"] if quick else []))
+    """Build the ledger, time two cold ``billing`` processes, then time the queries.
+
+    Each part runs in a process of its own (chDB hosts one engine per process, and the cold
+    report must start one); the ledger lives in a temporary folder removed at the end.
+    """
+    extra = ["--quick"] if quick else []
+    prev, this, _ = _months(datetime.now(UTC))
+    with tempfile.TemporaryDirectory(prefix="bench-ledger-") as tmp:
+        path = f"{tmp}/ledger"
+        month = ["--month", prev.date().isoformat()]
+        rows = run_child("bench.bench_ledger", "--build", path, *month, *extra)
+        first, again = f"{tmp}/first.json", f"{tmp}/again.json"
+        rows.append(_row("billing_first_ms", _cold_billing(path, prev, this, first), "ms"))
+        rows.append(_row("billing_cold_ms", _cold_billing(path, prev, this, again), "ms"))
+        measure = ["--measure", path, *month, "--reports", first, again]
+        rows += run_child("bench.bench_ledger", *measure, *extra)
+    return rows
+
+
+def _cold_billing(path: str, start: datetime, end: datetime, out: str) -> float:
+    """Milliseconds from spawning ``prism-pipeline billing`` to its exit (lines to ``out``)."""
+    cmd = [
+        sys.executable, "-m", "prism.pipeline.cli", "billing",
+        "--clickhouse", f"chdb://{path}", "--database", DATABASE,
+        "--from", start.date().isoformat(), "--to", end.date().isoformat(),
+        "--format", "json", "--out", out,
+    ]  # fmt: skip
+    t0 = time.perf_counter()
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    elapsed = (time.perf_counter() - t0) * 1000
+    if done.returncode != 0:
+        raise RuntimeError(f"cold billing failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return elapsed
 
 
 def _row(metric: str, value: float, unit: str) -> dict[str, Any]:
@@ -145,95 +197,147 @@ def _timed(cases: list[tuple[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def _child(quick: bool) -> list[dict[str, Any]]:
-    from prism.sinks import (
-        LedgerWriter,
-        SourceRange,
-        billing_report,
-        connect,
-        migrate,
-        run_timeline,
-    )
+def _build(path: str, prev: datetime, quick: bool) -> list[dict[str, Any]]:
+    """Write the synthetic ledger at ``path``; rows: sizes and the writer's rate."""
+    from prism.sinks import LedgerWriter, SourceRange, connect, migrate
 
     target_usage = 100_000 if quick else 1_000_000
     n_runs = target_usage // (TURNS_PER_RUN + 1)
-    prev, this, nxt = _months(datetime.now(UTC))
-    span_s = (nxt - prev).total_seconds() - 3600
-    rows: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory(prefix="bench-ledger-") as tmp:
-        client = connect(f"chdb://{tmp}/ledger", "bench")
-        migrate(client, "bench", raw_event_ttl_days=3650)
-        writer = LedgerWriter(client, "bench", max_rows=400_000, max_seconds=3600)
-        gen_s = write_s = 0.0
-        counts = {"usage": 0, "events": 0, "total": 0}
-        t_gen = time.perf_counter()
-        offset = 0
-        for batch in _batches(n_runs, prev, span_s, per_batch=5_000):
-            t_add = time.perf_counter()
-            gen_s += t_add - t_gen
-            counts["usage"] += len(batch.usage)
-            counts["events"] += len(batch.events)
-            counts["total"] += len(batch)
-            writer.add(batch, SourceRange("bench", 0, offset, offset + len(batch.runs) - 1))
-            offset += len(batch.runs)
-            if writer.should_flush():
-                writer.flush()
-            t_gen = time.perf_counter()
-            write_s += t_gen - t_add
+    this = (prev + timedelta(days=32)).replace(day=1)
+    span_s = ((this + timedelta(days=32)).replace(day=1) - prev).total_seconds() - 3600
+    client = connect(f"chdb://{path}", DATABASE)
+    migrate(client, DATABASE, raw_event_ttl_days=3650)
+    writer = LedgerWriter(client, DATABASE, max_rows=400_000, max_seconds=3600)
+    gen_s = write_s = 0.0
+    counts = {"usage": 0, "events": 0, "total": 0}
+    t_gen = time.perf_counter()
+    offset = 0
+    for batch in _batches(n_runs, prev, span_s, per_batch=5_000):
         t_add = time.perf_counter()
-        writer.flush()
-        write_s += time.perf_counter() - t_add
-        rows.append(_row("usage_rows", counts["usage"], "rows"))
-        rows.append(_row("event_rows", counts["events"], "rows"))
-        rows.append(_row("writer_rows_per_s", counts["total"] / write_s, "rows/s"))
-        rows.append(_row("writer_total_rows", counts["total"], "rows"))
-        rows.append(_row("generate_rows_per_s", counts["total"] / gen_s, "rows/s"))
+        gen_s += t_add - t_gen
+        counts["usage"] += len(batch.usage)
+        counts["events"] += len(batch.events)
+        counts["total"] += len(batch)
+        writer.add(batch, SourceRange("bench", 0, offset, offset + len(batch.runs) - 1))
+        offset += len(batch.runs)
+        if writer.should_flush():
+            writer.flush()
+        t_gen = time.perf_counter()
+        write_s += t_gen - t_add
+    t_add = time.perf_counter()
+    writer.flush()
+    write_s += time.perf_counter() - t_add
+    client.close()
+    return [
+        _row("usage_rows", counts["usage"], "rows"),
+        _row("event_rows", counts["events"], "rows"),
+        _row("writer_rows_per_s", counts["total"] / write_s, "rows/s"),
+        _row("writer_total_rows", counts["total"], "rows"),
+        _row("generate_rows_per_s", counts["total"] / gen_s, "rows/s"),
+    ]
 
-        rng = random.Random(11)
 
-        def billing_all() -> Any:
-            return billing_report(client, "bench", prev, this)
+def _measure(path: str, prev: datetime, reports: list[str], quick: bool) -> list[dict[str, Any]]:
+    """Time the queries on the ledger at ``path``; check every report against the rows'."""
+    from prism.sinks import billing_report, connect, run_timeline
 
-        def billing_one() -> Any:
-            tenant = f"tenant-{rng.randrange(TENANTS):02d}"
-            return billing_report(client, "bench", prev, this, tenant=tenant)
+    n_runs = (100_000 if quick else 1_000_000) // (TURNS_PER_RUN + 1)
+    this = (prev + timedelta(days=32)).replace(day=1)
+    nxt = (this + timedelta(days=32)).replace(day=1)
+    client = connect(f"chdb://{path}", DATABASE)
+    rng = random.Random(11)
 
-        def timeline() -> Any:
-            return run_timeline(client, "bench", f"run-{rng.randrange(n_runs):08d}")
+    def billing_all() -> Any:
+        return billing_report(client, DATABASE, prev, this)
 
-        def rows_all() -> Any:
-            return billing_report(client, "bench", prev, this, rollup=False)
+    def billing_one() -> Any:
+        tenant = f"tenant-{rng.randrange(TENANTS):02d}"
+        return billing_report(client, DATABASE, prev, this, tenant=tenant)
 
-        def rows_one() -> Any:
-            tenant = f"tenant-{rng.randrange(TENANTS):02d}"
-            return billing_report(client, "bench", prev, this, tenant=tenant, rollup=False)
+    def timeline() -> Any:
+        return run_timeline(client, DATABASE, f"run-{rng.randrange(n_runs):08d}")
 
-        t0 = time.perf_counter()
-        first = billing_all()
-        rows.append(_row("billing_first_ms", (time.perf_counter() - t0) * 1000, "ms"))
-        assert first == rows_all(), "the rollup's report differs from the rows' report"
-        cases = [
-            ("billing_month_all_tenants", billing_all),
-            ("billing_month_one_tenant", billing_one),
-            ("run_timeline", timeline),
-            ("billing_month_all_tenants_rows", rows_all),
-            ("billing_month_one_tenant_rows", rows_one),
-        ]
-        rows += _timed(cases)
-        # A past month's usage is normally merged by then: measure billing on merged parts too.
-        client.command("OPTIMIZE TABLE bench.usage_store FINAL")
-        rows += _timed([(f"{name}_merged", call) for name, call in cases[:2]])
-        client.close()
+    def rows_all() -> Any:
+        return billing_report(client, DATABASE, prev, this, rollup=False)
+
+    def rows_one() -> Any:
+        tenant = f"tenant-{rng.randrange(TENANTS):02d}"
+        return billing_report(client, DATABASE, prev, this, tenant=tenant, rollup=False)
+
+    def current_all() -> Any:  # a month not over yet: no rollup, rows with FINAL
+        return billing_report(client, DATABASE, this, nxt)
+
+    def current_one() -> Any:
+        tenant = f"tenant-{rng.randrange(TENANTS):02d}"
+        return billing_report(client, DATABASE, this, nxt, tenant=tenant)
+
+    reference = rows_all()
+    assert billing_all() == reference, "the rollup's report differs from the rows' report"
+    for report in reports:  # the cold processes' lines
+        with open(report, encoding="utf-8") as f:
+            assert _same_lines(json.load(f), reference), f"{report} differs from the rows' report"
+    tenant = "tenant-03"
+    assert billing_report(client, DATABASE, prev, this, tenant=tenant) == billing_report(
+        client, DATABASE, prev, this, tenant=tenant, rollup=False
+    ), "one tenant's report from the rollup differs from the rows'"
+    cases = [
+        ("billing_month_all_tenants", billing_all),
+        ("billing_month_one_tenant", billing_one),
+        ("run_timeline", timeline),
+        ("billing_month_all_tenants_rows", rows_all),
+        ("billing_month_one_tenant_rows", rows_one),
+        ("billing_current_month_all_tenants", current_all),
+        ("billing_current_month_one_tenant", current_one),
+    ]
+    rows = _timed(cases)
+    # A past month's usage is normally merged by then: measure billing on merged parts too.
+    client.command(f"OPTIMIZE TABLE {DATABASE}.usage_store FINAL")
+    assert billing_all() == reference, "the report on merged parts differs"
+    rows += _timed([(f"{name}_merged", call) for name, call in cases[:2]])
+    client.close()
     return rows
+
+
+def _same_lines(printed: list[dict[str, Any]], lines: list[Any]) -> bool:
+    """Whether ``billing --format json`` printed exactly ``lines`` (cost as exact decimals)."""
+    expected = [line.as_dict() for line in lines]
+    if len(printed) != len(expected):
+        return False
+    for got, want in zip(printed, expected, strict=True):
+        if got.keys() != want.keys():
+            return False
+        for key, value in want.items():
+            seen = got[key]
+            if isinstance(value, Decimal):
+                seen = None if seen is None else Decimal(seen)
+            if seen != value:
+                return False
+    return True
+
+
+def _print(rows: list[dict[str, Any]]) -> None:
+    for row in rows:
+        line = f"{row['bench']:8} {row['metric']:34} {row['value']:>14,.3f} {row['unit']}"
+        target = TARGETS.get(row["metric"])
+        if target is not None:
+            verdict = "met" if row["value"] <= target else "NOT MET"
+            line += f"   target <= {target:,.0f} {row['unit']}: {verdict}"
+        print(line)
 
 
 def main(argv: list[str]) -> None:
     quick = "--quick" in argv
     if "--child" in argv:
-        print(json.dumps(_child(quick)))
+        prev = datetime.fromisoformat(argv[argv.index("--month") + 1]).replace(tzinfo=UTC)
+        if "--build" in argv:
+            rows = _build(argv[argv.index("--build") + 1], prev, quick)
+        else:
+            at = argv.index("--reports")
+            reports = [a for a in argv[at + 1 :] if not a.startswith("--")]
+            rows = _measure(argv[argv.index("--measure") + 1], prev, reports, quick)
+        print(json.dumps(rows))
         return
-    for row in run(quick):
-        print(f"{row['bench']:8} {row['metric']:34} {row['value']:>14,.3f} {row['unit']}")
+    _print(run(quick))
 
 
 if __name__ == "__main__":

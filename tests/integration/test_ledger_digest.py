@@ -32,3 +32,17 @@ def test_the_views_are_the_same_whatever_the_batch_size() -> None:
     assert storage[0]["runs_store"] != storage[1]["runs_store"]  # versions differ, views not
     plain = digest(2000, batch=300, views=True)
     assert plain["quarantine"][0] == 0 < small["quarantine"][0]
+
+
+def test_the_billing_rollup_gives_the_rows_bill_and_rows_stored_again_count_once() -> None:
+    """The fast path (day rollup) and the FINAL reference digest alike on a chaos fleet,
+    and again after every usage row was stored twice more (a re-delivered insert and a
+    folded ledger)."""
+    found = digest(3000, batch=400, chaos=True, billing=True)
+    assert found["billing_rollup_months"][0] > 0, "the rollup answered no month"
+    assert found["billing_rollup_months_folded"][0] > 0, "no month after the fold"
+    assert found["billing_rollup"][0] > 0, "no billing line: the digest would prove nothing"
+    assert found["billing_rollup"] == found["billing_rows"]
+    assert found["billing_rollup_folded"] == found["billing_rows_folded"] == found["billing_rows"]
+    stored, folded = found["usage_store_stored"][0], found["usage_store_stored_folded"][0]
+    assert folded == 3 * stored  # two new copies kept (the re-delivered insert dropped)
