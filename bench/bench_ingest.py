@@ -2,7 +2,9 @@
 
 The same fleet the worker drains (no chaos, seed 20261130) is written as a JSONL file and
 replayed by ``prism-pipeline ingest-file`` in a child process into a fresh chDB path with
-the defaults (the worker's batch size, parse-ahead as ``PRISM_PARSE_AHEAD`` says). Rows:
+the defaults (the worker's batch size, collector policy and GIL switch interval, parse-ahead
+as ``PRISM_PARSE_AHEAD`` says). Rows (``ingest_vs_worker``, its share of the worker's rate,
+is derived beside the worker's in ``bench._summary``):
 
 - ``ingest_events_per_s``: events over the command's wall time, start to exit, as a user
   times it (startup, migrations and the final close included);
