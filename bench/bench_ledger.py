@@ -87,7 +87,7 @@ def _cold_billing(path: str, start: datetime, end: datetime, out: str) -> float:
         "--format", "json", "--out", out,
     ]  # fmt: skip
     t0 = time.perf_counter()
-    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=600)
     elapsed = (time.perf_counter() - t0) * 1000
     if done.returncode != 0:
         raise RuntimeError(f"cold billing failed ({done.returncode}):\n{done.stderr[-3000:]}")
