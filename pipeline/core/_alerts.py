@@ -364,6 +364,8 @@ def lane_record(
     }
     if copies is not None:
         value["copies"] = copies
+    if report.hold_us is not None:
+        value["hold"] = report.hold_us
     return OutRecord(key=b"lane:%d" % lane, value=orjson.dumps(value))
 
 

@@ -139,8 +139,10 @@ def _first(facts: dict[str, _Fact], ids: list[str], name: str) -> Any:
     return next((facts[e]["w"][name] for e in ids if facts[e]["w"].get(name) is not None), None)
 
 
-def operation_row(op: OperationState, verdict: Verdict) -> ChannelOperationRow:
-    """The operation's latest-state row (its ``version`` is the operation's)."""
+def operation_row(
+    op: OperationState, verdict: Verdict, version: int | None = None
+) -> ChannelOperationRow:
+    """The operation's latest-state row (``version``: the row's, default the operation's)."""
     facts = op.facts
     ids = verdict.accepted or [min(facts, key=lambda e: (facts[e]["s"], e))]
     first = facts[ids[0]]["w"]
@@ -166,7 +168,7 @@ def operation_row(op: OperationState, verdict: Verdict) -> ChannelOperationRow:
         delivered_at=None if delivered is None else from_us(delivered),
         stuck=op.stuck,
         transitions=len(verdict.accepted),
-        version=op.version,
+        version=op.version if version is None else version,
     )
 
 

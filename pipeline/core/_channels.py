@@ -28,6 +28,7 @@ from prism.schemas import CHANNEL_FINAL_STATES, ChannelOperation, ChannelWaterma
 
 from ._channel_state import (
     DENIAL_PREFIX,
+    ILLEGAL_TRANSITION,
     OperationState,
     denial_row,
     fact_of,
@@ -150,7 +151,7 @@ class ChannelProcessor(KeyedProcessor[OperationState]):
     def _settle(self, op: OperationState, out: Output) -> None:
         """Judge the operation's records and write what changed since it was last written."""
         verdict = judge(op.facts)
-        version = op.version
+        version = self.row_version(op.version)
         for eid, fact in op.facts.items():
             reason = verdict.reasons.get(eid, "")
             was = op.emitted.get(eid)
@@ -164,12 +165,18 @@ class ChannelProcessor(KeyedProcessor[OperationState]):
                 )
                 out.quarantined.append(quarantine_record(fact, reason))
                 out.stats[f"quarantine.{reason}"] += 1
-                if was == "" and denied:  # it counted until now
+                if (was == "" or was is None) and denied:  # it counted until now, or a
+                    # step never committed may have stored it as counted (worker/_slotstate)
                     out.ledger.channel_denials.append(denial_row(eid, fact, version, True))
             else:
-                if was:  # it was quarantined until now
+                if was or (was is None and not op.standalone):  # quarantined until now, or
+                    # maybe by a step never committed (a first sight: written retracted all
+                    # the same, over a row an earlier owner stored and never committed; a
+                    # denial without an operation is never quarantined)
                     out.ledger.channel_quarantine.append(
-                        quarantine_row(eid, fact, was, version, retracted=True)
+                        quarantine_row(
+                            eid, fact, was or ILLEGAL_TRANSITION, version, retracted=True
+                        )
                     )
                 if denied:
                     out.ledger.channel_denials.append(denial_row(eid, fact, version, False))
@@ -188,7 +195,9 @@ class ChannelProcessor(KeyedProcessor[OperationState]):
         if verdict.state in CHANNEL_FINAL_STATES:
             heapq.heappush(self._retire, (op.last_us, op.key))
         if not op.standalone:
-            out.ledger.channel_operations.append(operation_row(op, verdict))
+            out.ledger.channel_operations.append(
+                operation_row(op, verdict, self.row_version(op.version))
+            )
         self._dirty.add(op.key)
 
     # -- time: stuck operations, retention, the watermark row --------------------------
@@ -205,7 +214,9 @@ class ChannelProcessor(KeyedProcessor[OperationState]):
                 del self._executing[key]
                 op = self.operations[key]
                 op.stuck = True
-                out.ledger.channel_operations.append(operation_row(op, judge(op.facts)))
+                out.ledger.channel_operations.append(
+                    operation_row(op, judge(op.facts), self.row_version(op.version))
+                )
                 out.stats["channel.stuck"] += 1
                 self._dirty.add(key)
             expire = wm - int(self.config.tombstone_retention_s * _US)

@@ -59,6 +59,7 @@ from ._types import (
     Output,
     OutRecord,
     forwarded_lane,
+    lane_of_forwarded,
 )
 
 __all__ = [
@@ -169,6 +170,7 @@ class Intake:
         self._alerter_undo: bytes | None = None  # the alerter before the open steps
         self.processors: dict[int, Processor] = {}
         self.channels: dict[int, ChannelProcessor] = {}
+        self.generations: dict[int, int] = {}  # lane -> its owner generation (row versions)
         self.ticked_at: dict[int, float] = {}  # lane -> ``now`` of its last step or tick
         # parse_ahead's results, by the identity of the value parsed: (that value, result)
         self._ahead: dict[int, tuple[bytes, Any]] = {}
@@ -179,6 +181,7 @@ class Intake:
         proc = self.processors.get(partition)
         if proc is None:
             proc = self.processors[partition] = Processor(self.config, partition, self.clock)
+            proc.generation = self.generations.get(partition, 0)
         return proc
 
     def channel_processor(self, partition: int) -> ChannelProcessor:
@@ -186,6 +189,7 @@ class Intake:
         proc = self.channels.get(partition)
         if proc is None:
             proc = ChannelProcessor(self.config, partition, self.clock)
+            proc.generation = self.generations.get(partition, 0)
             self.channels[partition] = proc
         return proc
 
@@ -220,8 +224,16 @@ class Intake:
         if any(probe.owns_key(k) for k, _ in items):
             self.channel_processor(partition).load(items, source)
 
+    def set_generation(self, partition: int, generation: int) -> None:
+        """The generation of the lane's owner, above every earlier owner's: its rows'
+        versions carry it (``KeyedProcessor.row_version``). Files and rebuilds keep 0."""
+        self.generations[partition] = generation
+        for proc in self.lane(partition):
+            proc.generation = generation
+
     def drop(self, partition: int) -> None:
         """Forget a partition (revoked from this worker)."""
+        self.generations.pop(partition, None)
         self.processors.pop(partition, None)
         self.channels.pop(partition, None)
         self.ticked_at.pop(partition, None)
@@ -374,7 +386,21 @@ class Intake:
         self._alerts(out, final=True)
         return out
 
-    def lane_report(self, partition: int, *, idle: bool, quiet: bool = False) -> LaneReport:
+    def sent_hold(self, held: Collection[int]) -> int | None:
+        """The earliest event time of the copies this process forwarded to lanes it does not
+        hold (``held``: the lanes it does) and has not seen applied yet; its lane reports
+        carry it (``LaneReport.hold_us``), so the process that holds their home lane does
+        not decide past them either."""
+        times = [
+            ts
+            for key, ts in self.clock.holds().items()
+            if (lane := lane_of_forwarded(key)) is not None and lane not in held
+        ]
+        return min(times, default=None)
+
+    def lane_report(
+        self, partition: int, *, idle: bool, quiet: bool = False, hold_us: int | None = None
+    ) -> LaneReport:
         """The partition's event-time report for the alerter (rule 16).
 
         ``idle``: nothing waits on its input. A lane that also reads forwarded copies
@@ -395,7 +421,7 @@ class Intake:
             elif idle or not copies_idle:
                 mark = self.clock.mark(copies) if idle else min(mark, self.clock.mark(copies))
             idle, quiet = idle and copies_idle, quiet and copies_idle
-        return LaneReport(mark, pending, idle, quiet)
+        return LaneReport(mark, pending, idle, quiet, hold_us)
 
     def parse_ahead(
         self,

@@ -31,7 +31,9 @@ import orjson
 from ._stateformat import STATE_FORMAT, StateKey, check_format
 from ._types import CoreConfig, EventClock, Output, forwarded_lane
 
-__all__ = ["KeyedProcessor"]
+__all__ = ["GENERATION_SHIFT", "KeyedProcessor"]
+
+GENERATION_SHIFT = 26  # bits of an item's own version; the generation takes the 38 above
 
 
 class _State(Protocol):
@@ -74,6 +76,16 @@ class KeyedProcessor(Generic[S]):
         self._dirty: set[str] = set()
         self._dropped: set[str] = set()
         self._tx: list[_Tx[S]] = []
+        self.generation = 0  # the lane's owner generation (``row_version``); files: 0
+
+    def row_version(self, version: int) -> int:
+        """The ledger version of a row an item of ``version`` writes: the lane's generation
+        above the item's own. A worker that restores a lane takes a generation above every
+        earlier owner's (``worker/_slots.py``), so its rows outrank whatever an earlier
+        owner inserted and never committed (a batch stepped, stored, then lost to a crash
+        or a fence): rows of the same event from a different batch cut, which the new
+        owner's own versions alone need not exceed."""
+        return (self.generation << GENERATION_SHIFT) | version
 
     @property
     def watermark_us(self) -> int:

@@ -175,7 +175,13 @@ class Processor(KeyedProcessor[RunState]):
         run.arrivals += 1
         out.ledger.quarantine.append(
             quarantine_row(
-                run.run_id, event_id, fact, tb.meta, reason, version=run.version, retracted=False
+                run.run_id,
+                event_id,
+                fact,
+                tb.meta,
+                reason,
+                version=self.row_version(run.version),
+                retracted=False,
             )
         )
         out.quarantined.append(quarantine_record(run.run_id, event_id, fact, reason))
@@ -186,7 +192,7 @@ class Processor(KeyedProcessor[RunState]):
     def _settle(self, run: RunState, now: float, out: Output) -> None:
         """Classify the run's events and write what changed since it was last written."""
         cls = _classified(run)
-        version = run.version
+        version = self.row_version(run.version)
         owner = {k: cls.meta.get(k) for k in OWNER_FIELDS}
         owner_sig = [owner[k] for k in OWNER_FIELDS]
         fresh = False
@@ -210,6 +216,11 @@ class Processor(KeyedProcessor[RunState]):
                 if was == "":  # it counted until now: its rows leave every view
                     self._event_rows(run, eid, fact, owner, False, version, True, out)
                     out.stats["retracted"] += 1
+                elif was is None:
+                    # quarantined the first time this state sees it: its rows are written
+                    # retracted all the same, over any that a step never committed (an
+                    # earlier owner's, or this process's before a crash) stored as counted
+                    self._event_rows(run, eid, fact, owner, False, version, True, out)
             else:
                 self._event_rows(run, eid, fact, owner, eid in cls.superseded, version, False, out)
                 if was:  # it was quarantined until now
@@ -229,7 +240,8 @@ class Processor(KeyedProcessor[RunState]):
         if run.terminal is not None and not run.closed and cls.missing_count == 0:
             self._close(run, view, out)
             return
-        out.ledger.runs.append(run_row(run, view, timeline=run.closed or run.incomplete))
+        timeline = run.closed or run.incomplete
+        out.ledger.runs.append(run_row(run, view, timeline=timeline, version=version))
         if run.closed:  # settled again after its close: its death may have changed
             self._death(run, view, out)
         if run.closed and cls.missing_count == 0:  # a gap filled after the close
@@ -294,7 +306,7 @@ class Processor(KeyedProcessor[RunState]):
         run.closed = True
         run.closed_wm_us = self._closed_at(view)
         self._pending_close.discard(run.run_id)
-        row = run_row(run, view, timeline=True)
+        row = run_row(run, view, timeline=True, version=self.row_version(run.version))
         out.ledger.runs.append(row)
         out.closed.append(OutRecord(key=run.run_id.encode(), value=row.timeline.encode()))
         out.stats["closed"] += 1
@@ -426,7 +438,10 @@ class Processor(KeyedProcessor[RunState]):
         self._open.discard(run.run_id)
         run.incomplete = True
         self._retire.append((max(self.clock.watermark_us, run.last_us or 0), run.run_id))
-        out.ledger.runs.append(run_row(run, view_of(run, _classified(run)), timeline=True))
+        view = view_of(run, _classified(run))
+        out.ledger.runs.append(
+            run_row(run, view, timeline=True, version=self.row_version(run.version))
+        )
         out.stats["incomplete"] += 1
         if run.alerts.get(RULE_STALE) != "firing":
             self._stale_alert(run, out, "firing")

@@ -191,8 +191,9 @@ def _offer_usage(
         best_by_key[key] = cand
 
 
-def run_row(run: RunState, view: RunView, *, timeline: bool) -> RunRow:
-    """The run's ledger record; ``timeline`` adds the closed-record JSON."""
+def run_row(run: RunState, view: RunView, *, timeline: bool, version: int | None = None) -> RunRow:
+    """The run's ledger record; ``timeline`` adds the closed-record JSON; ``version``: the
+    row's version (default the run's own, ``Processor.row_version`` adds the generation)."""
     term = view.terminal
     td: dict[str, Any] = term["d"] if term is not None else {}
     err = td.get("error") or {} if term is not None and term["t"] == "error" else {}
@@ -233,7 +234,7 @@ def run_row(run: RunState, view: RunView, *, timeline: bool) -> RunRow:
         max_seq=view.cls.accepted[-1][0] if view.cls.accepted else -1,
         closed=run.closed,
         timeline=orjson.dumps(closed_record(run, view)).decode() if timeline else "",
-        version=run.version,
+        version=run.version if version is None else version,
     )
 
 

@@ -38,6 +38,12 @@ def forwarded_lane(lane: int) -> int:
     return _FORWARDED_LANES - lane
 
 
+def lane_of_forwarded(key: int) -> int | None:
+    """The lane whose forwarded copies ``key`` names (``forwarded_lane``'s inverse); None
+    for a key that names no copies."""
+    return _FORWARDED_LANES - key if key <= _FORWARDED_LANES else None
+
+
 @dataclass(frozen=True, slots=True)
 class CoreConfig:
     """Run-semantics knobs (schemas/CONTRACT.md rules 2, 4, 10 and 14).
@@ -121,8 +127,8 @@ class EventClock:
         self._marks: dict[int, int] = {}
         self._behind: set[int] = set()
         self._holds: dict[int, int] = {}  # key -> an event time still on its way there
-        # lanes other processes hold: lane -> (mark, idle), and what they add up to
-        self._remote: dict[int, tuple[int, bool]] = {}
+        # lanes other processes hold: lane -> (mark, idle, hold), and what they add up to
+        self._remote: dict[int, tuple[int, bool, int | None]] = {}
         self._remote_top = 0
         self._remote_held: int | None = None
 
@@ -140,11 +146,12 @@ class EventClock:
             held.append(self._remote_held)
         return min(top, *held) if held else top
 
-    def remote(self, lane: int, mark_us: int, idle: bool) -> None:
+    def remote(self, lane: int, mark_us: int, idle: bool, hold_us: int | None = None) -> None:
         """A lane another process holds, as it last reported: its mark moves the watermark,
-        and holds it back while the lane is not idle (one watermark across processes)."""
-        if self._remote.get(lane) != (mark_us, idle):
-            self._remote[lane] = (mark_us, idle)
+        and holds it back while the lane is not idle (one watermark across processes);
+        ``hold_us`` (copies its process sent on and has not seen applied) holds it always."""
+        if self._remote.get(lane) != (mark_us, idle, hold_us):
+            self._remote[lane] = (mark_us, idle, hold_us)
             self._sum_remote()
 
     def forget_remote(self, lane: int) -> None:
@@ -154,8 +161,10 @@ class EventClock:
 
     def _sum_remote(self) -> None:
         marks = self._remote.values()
-        self._remote_top = max((m for m, _ in marks), default=0)
-        self._remote_held = min((m for m, idle in marks if not idle), default=None)
+        self._remote_top = max((m for m, _, _ in marks), default=0)
+        held = [m for m, idle, _ in marks if not idle]
+        held += [h for _, _, h in marks if h is not None]
+        self._remote_held = min(held, default=None)
 
     def observe(self, partition: int, ts_us: int, now: float) -> bool:
         """Advance ``partition``'s mark on an event seen at processing time ``now``.
@@ -198,6 +207,10 @@ class EventClock:
     def held(self, partition: int) -> int | None:
         """The time ``hold`` holds ``partition`` at (None: none)."""
         return self._holds.get(partition)
+
+    def holds(self) -> dict[int, int]:
+        """Every hold: key (``forwarded_lane`` of a lane) -> the time it holds at."""
+        return dict(self._holds)
 
     def behind(self, partition: int, behind: bool) -> None:
         """Whether ``partition`` still has records waiting (its mark holds the watermark)."""
@@ -290,13 +303,17 @@ class LaneReport:
     time of its runs still waiting to close (their deaths are still to come, so the
     watermark may not pass it); ``idle``: nothing waits on the lane's partition, so its
     mark holds nothing back; ``quiet``: idle for at least the allowed lateness in
-    processing time (a stream that stopped: the alerter may decide up to the watermark).
+    processing time (a stream that stopped: the alerter may decide up to the watermark);
+    ``hold_us``: the earliest event time of the copies the reporting process forwarded to
+    lanes other processes hold and has not seen applied yet: every process's watermark
+    stays at it (``EventClock.remote``), idle or not, as the sender's own does.
     """
 
     mark_us: int
     pending_us: int | None = None
     idle: bool = False
     quiet: bool = False
+    hold_us: int | None = None  # earliest copy this process sent to another's lane, in flight
 
 
 @dataclass(slots=True)

@@ -50,7 +50,14 @@ def decode_lane_mark(raw: bytes | None) -> tuple[int, LaneReport, float] | None:
     """A ``lane-marks`` record's lane, report and send time (None: not a lane report)."""
     try:
         d = orjson.loads(raw or b"{}")
-        report = LaneReport(int(d["mark"]), d["pending"], bool(d["idle"]), bool(d["quiet"]))
+        hold = d.get("hold")
+        report = LaneReport(
+            int(d["mark"]),
+            d["pending"],
+            bool(d["idle"]),
+            bool(d["quiet"]),
+            int(hold) if hold is not None else None,
+        )
         return int(d["lane"]), report, float(d["at"])
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
         return None
@@ -135,7 +142,7 @@ class LaneMarks:
                 clock.forget_remote(lane)
             else:
                 idle = report.idle and now - at <= self.idle_expiry_s
-                clock.remote(lane, report.mark_us, idle)
+                clock.remote(lane, report.mark_us, idle, report.hold_us)
 
     async def close(self) -> None:
         consumer, self._consumer = self._consumer, None

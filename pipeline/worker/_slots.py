@@ -42,7 +42,7 @@ from ._checkpoint import Checkpoint, SlotCommit, Transactions
 from ._consumer import GroupConsumer, check_copartitioned
 from ._lanes import CHANNEL_LANE
 from ._produce import ProducedRecord
-from ._slotstate import KEY, SlotState
+from ._slotstate import KEY, SlotState, next_generation
 from ._state import StateReader
 
 __all__ = ["Slot", "Slots", "check_state_size", "slot_of"]
@@ -57,6 +57,7 @@ class Slot:
     partition: int
     positions: dict[TopicPartition, int] = field(default_factory=dict)
     token: str = ""  # the metadata of the group's last commit for it, as this process knows
+    generation: int = 0  # this owner's (``_slotstate.next_generation``)
 
     @property
     def lanes(self) -> tuple[int, int]:
@@ -194,9 +195,11 @@ class Slots:
                 parsed = StateKey.of(k)
                 if parsed is not None:
                     by_lane.setdefault(parsed.lane, []).append((str(parsed), v))
+            slot.generation = next_generation(stored.generation if stored else 0, time.time())
             for lane in slot.lanes:
                 self.intake.drop(lane)
                 self.intake.load(lane, by_lane.get(lane, []))
+                self.intake.set_generation(lane, slot.generation)
             for tp in self.tps(p):
                 if stored is not None and tp.topic in stored.positions:
                     slot.positions[tp] = stored.positions[tp.topic]
@@ -262,7 +265,7 @@ class Slots:
                 recs.append(ProducedRecord(t.limit_deaths, r.key, r.value, 0))
                 recs.append(ProducedRecord(t.lane_marks, r.key, r.value, 0))
         positions = {tp.topic: o for tp, o in slot.positions.items()}
-        state = SlotState(self.partitions, positions)
+        state = SlotState(self.partitions, positions, slot.generation)
         recs.append(ProducedRecord(self.changelog, KEY, state.to_bytes(), p))
         return SlotCommit(recs, dict(slot.positions))
 

@@ -7,6 +7,13 @@ input topic's partition count. The next owner reads it back with the rest of the
 state and seeks each partition there; a worker whose input topic has another partition
 count than the state was written with refuses the slot (adding partitions moves most
 runs' home partition: SCALING.md, "Changing the partition count").
+
+It also keeps the slot's *generation*: each owner that restores the slot takes one above
+the stored one and above every earlier restore's (``next_generation``: tenths of a second
+since 2026, or the stored one plus one), and its ledger rows carry it in their versions
+(``core.KeyedProcessor.row_version``). Rows an earlier owner inserted but never committed
+(a crash or a fence between the insert and the transaction) are thereby outranked by the
+new owner's rows of the same keys, whatever batch cut either of them stepped.
 """
 
 from __future__ import annotations
@@ -15,10 +22,19 @@ from dataclasses import dataclass, field
 
 import orjson
 
-__all__ = ["FORMAT", "KEY", "SlotState"]
+__all__ = ["FORMAT", "KEY", "SlotState", "next_generation"]
 
 FORMAT = 1
 KEY = b"slot-position"  # no \x1f: never taken for a lane's key
+_GENERATION_EPOCH = 1_767_225_600  # 2026-01-01T00:00:00Z; tenths of a second since fit 38 bits
+
+
+def next_generation(stored: int, now: float) -> int:
+    """The generation of an owner restoring a slot whose state says ``stored``, at ``now``
+    (Unix seconds): above the stored one, and above any earlier restore's, which happened
+    at an earlier time (an owner loses a slot only through a rebalance, which takes far
+    longer than a tenth of a second)."""
+    return max(stored + 1, int((now - _GENERATION_EPOCH) * 10))
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,10 +43,16 @@ class SlotState:
 
     partitions: int
     positions: dict[str, int] = field(default_factory=dict)
+    generation: int = 0  # the owner generation its rows carry (absent before: 0)
 
     def to_bytes(self) -> bytes:
         return orjson.dumps(
-            {"format": FORMAT, "partitions": self.partitions, "positions": self.positions}
+            {
+                "format": FORMAT,
+                "partitions": self.partitions,
+                "positions": self.positions,
+                "generation": self.generation,
+            }
         )
 
     @classmethod
@@ -49,4 +71,7 @@ class SlotState:
             raise ValueError(f"slot position record without partitions/positions: {d!r}")
         if not all(isinstance(k, str) and isinstance(v, int) for k, v in positions.items()):
             raise ValueError(f"slot position record with bad positions: {positions!r}")
-        return cls(partitions, dict(positions))
+        generation = d.get("generation", 0)
+        if not isinstance(generation, int) or isinstance(generation, bool) or generation < 0:
+            raise ValueError(f"slot position record with a bad generation: {generation!r}")
+        return cls(partitions, dict(positions), generation)

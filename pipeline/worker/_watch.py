@@ -140,6 +140,7 @@ class PartitionWatch:
         once idle for the allowed lateness in processing time (rule 16)."""
         lateness = self.intake.config.lateness_s
         heartbeat = heartbeat_s(self.settings.consumer_session_timeout_seconds)
+        sent = self.intake.sent_hold(self.slots.lanes())  # copies on their way elsewhere
         changed: dict[int, LaneReport] = {}
         for p, slot in sorted(self.slots.held.items()):
             for lane in slot.lanes:
@@ -155,7 +156,7 @@ class PartitionWatch:
                 if not idle:
                     self._idle_since.pop(lane, None)
                 quiet = idle and now - since >= lateness
-                report = self.intake.lane_report(lane, idle=idle, quiet=quiet)
+                report = self.intake.lane_report(lane, idle=idle, quiet=quiet, hold_us=sent)
                 copies = slot.positions.get(TopicPartition(self.slots.repartition_of(lane), p))
                 last, last_copies, at = self._reported.get(lane, (None, None, 0.0))
                 if (last, last_copies) != (report, copies) or now - at >= heartbeat:

@@ -28,12 +28,14 @@ from hypothesis import strategies as st
 from prism.pipeline.core import (
     RULE_EXHAUSTION,
     CoreConfig,
+    EventClock,
     ExhaustionAlerter,
     Forward,
     InRecord,
     Intake,
     Output,
     home_partition,
+    lane_record,
 )
 from prism.pipeline.core._route import crc32_partition, sarama_partition
 from prism.pipeline.ingest import ingest_lines
@@ -545,3 +547,27 @@ def test_each_source_with_records_waiting_holds_the_watermark_at_its_own_mark() 
     assert intake.lane_report(home, idle=True).pending_us == t_early + 1
     intake.hold(home, None)
     assert intake.clock.watermark_us == t_late
+
+
+def test_copies_sent_to_a_lane_another_process_holds_hold_that_process_too() -> None:
+    # the sender's clock holds the copy's home at its time; its lane reports carry that
+    # hold, so the process holding the home lane does not shrink or expire a run past a
+    # copy still on its way (seen in the chaos soak: a smaller-id claim of a seq arrived
+    # after the run had shrunk and lost to the claim already applied)
+    sender = Intake(CoreConfig(processing_grace=False), route_partitions=K)
+    value = orjson.dumps(RunBuilder("r1").started().events[0])
+    home, off = _off_home(b"r1")
+    out = sender.step(off, [InRecord(value, INPUT, off, 7, key=b"r1-e0")], NOW)
+    (f,) = out.forwards
+    sent = sender.sent_hold(held={off})
+    assert sent is not None and sent == f.ts_us
+    assert sender.sent_hold(held={off, home}) is None  # a home held here: its own hold
+    report = sender.lane_report(off, idle=True, hold_us=sent)
+    record = lane_record(off, report, 5.0)
+    assert orjson.loads(record.value or b"")["hold"] == sent
+    home_clock = EventClock()
+    home_clock.set_mark(home, sent + 10_000_000)  # the home lane moved on, caught up
+    home_clock.remote(off, report.mark_us, idle=True)  # an idle sender holds nothing...
+    assert home_clock.watermark_us == sent + 10_000_000
+    home_clock.remote(off, report.mark_us, idle=True, hold_us=report.hold_us)  # ...but this
+    assert home_clock.watermark_us == sent

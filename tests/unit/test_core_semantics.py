@@ -121,7 +121,9 @@ def test_post_terminal_event_is_quarantined_and_changes_nothing():
     assert [q.reason for q in out.ledger.quarantine] == ["post_terminal"]
     row = last_run_row(out)
     assert row.model_turns == 0 and not out.ledger.turns
-    assert all(e.seq < 2 for e in out.ledger.events)
+    assert all(e.seq < 2 for e in out.ledger.events if not e.retracted)
+    # its rows are written retracted, over any a step never committed stored as counted
+    assert [(e.seq, e.retracted) for e in out.ledger.events if e.seq >= 2] == [(2, True)]
 
 
 def test_gap_closes_after_grace_with_missing_seqs_then_late_fill_updates_record():

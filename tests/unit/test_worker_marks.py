@@ -81,4 +81,11 @@ def test_reports_are_sent_again_three_times_per_session_timeout() -> None:
 def test_a_report_round_trips_through_its_record() -> None:
     report = LaneReport(123, 45, idle=True, quiet=False)
     assert decode_lane_mark(lane_record(7, report, 9.5).value) == (7, report, 9.5)
+    held = LaneReport(123, 45, idle=True, quiet=False, hold_us=99)  # copies on their way
+    assert decode_lane_mark(lane_record(7, held, 9.5).value) == (7, held, 9.5)
+    marks, clock = LaneMarks("p.lane-marks", {}), EventClock()
+    marks.take(lane_record(7, held, 9.5).value)
+    clock.set_mark(1, 500)
+    marks.apply(clock, held={1}, now=9.5)
+    assert clock.watermark_us == 99  # an idle lane whose process sent copies on holds
     assert decode_lane_mark(b'{"lane": 1}') is None
