@@ -193,7 +193,7 @@ class ExhaustionAlerter:
                 "late": self.late,
                 "k": [[list(key), k.deaths, k.firing] for key, k in self.keys.items()],
                 "lanes": [
-                    [lane, r.mark_us, r.pending_us, r.idle, r.quiet]
+                    [lane, r.mark_us, r.pending_us, r.idle, r.quiet, r.hold_us]
                     for lane, r in self.lanes.items()
                 ],
             }
@@ -218,8 +218,8 @@ class ExhaustionAlerter:
             alerter.keys[(key[0], key[1])] = k
             for ts, run in k.deaths:
                 alerter.runs[run] = (key[0], key[1], ts)
-        for lane, mark, pending, idle, quiet in d["lanes"]:
-            alerter.lanes[lane] = LaneReport(mark, pending, idle, quiet)
+        for lane, mark, pending, idle, quiet, *hold in d["lanes"]:  # no hold: written before
+            alerter.lanes[lane] = LaneReport(mark, pending, idle, quiet, hold[0] if hold else None)
         return alerter
 
     def _row(
@@ -308,6 +308,7 @@ def reports_watermark(
     top = max(r.mark_us for r in reports)
     held = [r.mark_us - 1 for r in reports if not r.idle]
     held += [r.pending_us - 1 for r in reports if r.pending_us is not None]
+    held += [r.hold_us - 1 for r in reports if r.hold_us is not None]  # copies on their way
     return min(top, *held) if held else top
 
 
@@ -329,7 +330,10 @@ def decision_time(
     elif not final:
         return watermark_us, None
     reports = lanes.values()
-    settled = final or (bool(reports) and all(r.quiet and r.pending_us is None for r in reports))
+    settled = final or (
+        bool(reports)
+        and all(r.quiet and r.pending_us is None and r.hold_us is None for r in reports)
+    )
     return watermark_us, watermark_us if settled else watermark_us - lateness_us
 
 
@@ -379,8 +383,13 @@ def decode_alerter_input(
     for raw in values:
         d = orjson.loads(raw or b"{}")
         if "lane" in d:
+            hold = d.get("hold")
             reports[int(d["lane"])] = LaneReport(
-                int(d["mark"]), d["pending"], bool(d["idle"]), bool(d["quiet"])
+                int(d["mark"]),
+                d["pending"],
+                bool(d["idle"]),
+                bool(d["quiet"]),
+                None if hold is None else int(hold),
             )
         elif "runId" in d:
             deaths.append(

@@ -12,7 +12,8 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prism.pipeline.core import ExhaustionAlerter, LaneReport, LimitDeath
+from prism.pipeline.core import ExhaustionAlerter, LaneReport, LimitDeath, decision_time
+from prism.pipeline.core._alerts import reports_watermark
 from prism.pipeline.core._run import to_us
 from prism.runtime.simulator._expected_alerts import exhaustion_alerts
 
@@ -246,3 +247,17 @@ def test_firings_are_the_manifest_sweep_whatever_the_delivery(
     resolved = [r for r in rows if r.state == "resolved"]
     assert len(resolved) == _resolves(deaths, a.watermark_us)
     assert a.late == 0
+
+
+def test_copies_another_process_sent_on_hold_the_alerters_watermark_and_survive_its_state() -> None:
+    # an idle lane whose process forwarded a copy (maybe a terminal: a death to come) that
+    # its home lane, on another process, has not applied yet: nothing is decided past it
+    lanes = {0: LaneReport(5_000, None, idle=True, quiet=True),
+             1: LaneReport(9_000, None, idle=True, quiet=True, hold_us=3_000)}  # fmt: skip
+    assert reports_watermark(lanes, None) == 2_999
+    assert decision_time(lanes, None, 0, 100, final=False) == (2_999, 2_899)  # not settled
+    lanes[1] = LaneReport(9_000, None, idle=True, quiet=True)  # applied: released
+    assert decision_time(lanes, None, 0, 100, final=False) == (9_000, 9_000)
+    a = ExhaustionAlerter(window_s=300, threshold=5, lateness_s=0, lanes=[0, 1])
+    a.report(1, LaneReport(9_000, None, idle=True, quiet=True, hold_us=3_000))
+    assert ExhaustionAlerter.from_bytes(a.to_bytes()).lanes[1].hold_us == 3_000
