@@ -245,7 +245,12 @@ def decode_budget_input(
         if d.get("kind") == SPEND_KIND:
             rows.extend(SpendRow.from_list(v) for v in d["rows"])
         elif "lane" in d:
+            hold = d.get("hold")  # copies on their way to a lane held elsewhere
             reports[int(d["lane"])] = LaneReport(
-                int(d["mark"]), d["pending"], bool(d["idle"]), bool(d["quiet"])
+                int(d["mark"]),
+                d["pending"],
+                bool(d["idle"]),
+                bool(d["quiet"]),
+                None if hold is None else int(hold),
             )
     return rows, reports

@@ -46,7 +46,8 @@ def header(desk: BudgetDesk) -> dict[str, Any]:
             for label, at in labels.items()
         ],
         "lanes": [
-            [lane, r.mark_us, r.pending_us, r.idle, r.quiet] for lane, r in desk.lanes.items()
+            [lane, r.mark_us, r.pending_us, r.idle, r.quiet, r.hold_us]
+            for lane, r in desk.lanes.items()
         ],
     }
 
@@ -99,8 +100,8 @@ def _restore(
     desk = cls(budgets, d["l"] / 1_000_000, d["x"])
     desk.watermark_us, desk.decided_us = d["wm"], d["d"]
     desk.late, desk.dropped = d["late"], d["dropped"]
-    for lane, mark, pending, idle, quiet in d["lanes"]:
-        desk.lanes[lane] = LaneReport(mark, pending, idle, quiet)
+    for lane, mark, pending, idle, quiet, *hold in d["lanes"]:  # no hold: written before
+        desk.lanes[lane] = LaneReport(mark, pending, idle, quiet, hold[0] if hold else None)
     index = {b.scope_id: i for i, b in enumerate(desk.budgets)}
     for scope_id, start, label, at, resolved in d["fired"]:
         if scope_id in index:

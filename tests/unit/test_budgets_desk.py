@@ -15,6 +15,7 @@ from prism.pipeline.budgets import (
     Budgets,
     BudgetStateError,
     SpendRow,
+    decode_budget_input,
     spend_records,
 )
 from prism.pipeline.budgets._period import to_us
@@ -273,3 +274,13 @@ def test_the_price_book_prices_a_reported_row_without_cost_as_billing_does() -> 
     usage.model, usage.cache_write_tokens = "m1", None
     usage.currency = "EUR"
     assert book.price(usage) is None  # no EUR prices for m1
+
+
+def test_a_lanes_hold_on_copies_sent_elsewhere_reaches_the_desk_and_its_state() -> None:
+    held = LaneReport(at(40), None, idle=True, quiet=True, hold_us=at(12))
+    rows, reports = decode_budget_input([lane_record(1, held, 5.0).value])
+    assert rows == [] and reports == {1: held}
+    desk = BudgetDesk(budgets(), lateness_s=0, lanes=[0, 1])
+    desk.report(0, LaneReport(at(40), idle=True, quiet=True))
+    desk.report(1, held)
+    assert BudgetDesk.from_bytes(desk.to_bytes(), budgets()).lanes[1].hold_us == at(12)
