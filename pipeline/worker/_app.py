@@ -276,7 +276,7 @@ class PipelineWorker:
         now = self.clock()
         reports = self.watch.reports(now, ends)
         touched = slots | {slot_of(lane) for lane in reports}
-        commits = {p: self.slots.commit_of(p, parts, reports, now)
+        commits = {p: self.slots.commit_of(p, parts, reports, now, self.watch.repeats)
                    for p in sorted(touched) if p in self.slots.held}  # fmt: skip
         fenced = await self.slots.commit(commits)
         self.watch.sent(reports, now, fenced)

@@ -22,7 +22,7 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from aiokafka import TopicPartition
@@ -233,8 +233,11 @@ class Slots:
         parts: Mapping[int, Output],
         reports: Mapping[int, LaneReport],
         at: float,
+        repeats: Collection[int] = (),
     ) -> SlotCommit:
-        """Slot ``p``'s share of a batch or tick as one transaction's content."""
+        """Slot ``p``'s share of a batch or tick as one transaction's content; the reports of
+        ``repeats`` (sent again unchanged, so that lane-marks' readers do not doubt an idle
+        lane) go to lane-marks only: the alerter keeps every lane's last report itself."""
         t = self.topics
         slot = self.held[p]
         recs: list[ProducedRecord] = []
@@ -262,7 +265,8 @@ class Slots:
             if report is not None:
                 copies = slot.positions.get(TopicPartition(self.repartition_of(lane), p))
                 r = lane_record(lane, report, at, copies)
-                recs.append(ProducedRecord(t.limit_deaths, r.key, r.value, 0))
+                if lane not in repeats:
+                    recs.append(ProducedRecord(t.limit_deaths, r.key, r.value, 0))
                 recs.append(ProducedRecord(t.lane_marks, r.key, r.value, 0))
         positions = {tp.topic: o for tp, o in slot.positions.items()}
         state = SlotState(self.partitions, positions, slot.generation)

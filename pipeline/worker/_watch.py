@@ -71,6 +71,7 @@ class PartitionWatch:
         self.readers = {topic: ReadBack(topic, kw) for topic in self.topics.slot_topics}
         # lane -> the report last sent, its repartition position then, and when
         self._reported: dict[int, tuple[LaneReport, int | None, float]] = {}
+        self.repeats: set[int] = set()  # lanes of the last ``reports`` sent again unchanged
         self._idle_since: dict[int, float] = {}  # lane -> processing time it went idle
         self._undelivered: dict[TopicPartition, tuple[tuple[int, int], float]] = {}
         self._progress_at = 0.0
@@ -142,6 +143,7 @@ class PartitionWatch:
         heartbeat = heartbeat_s(self.settings.consumer_session_timeout_seconds)
         sent = self.intake.sent_hold(self.slots.lanes())  # copies on their way elsewhere
         changed: dict[int, LaneReport] = {}
+        self.repeats = set()
         for p, slot in sorted(self.slots.held.items()):
             for lane in slot.lanes:
                 if not self.intake.lane(lane):
@@ -159,8 +161,11 @@ class PartitionWatch:
                 report = self.intake.lane_report(lane, idle=idle, quiet=quiet, hold_us=sent)
                 copies = slot.positions.get(TopicPartition(self.slots.repartition_of(lane), p))
                 last, last_copies, at = self._reported.get(lane, (None, None, 0.0))
-                if (last, last_copies) != (report, copies) or now - at >= heartbeat:
+                if (last, last_copies) != (report, copies):
                     changed[lane] = report
+                elif now - at >= heartbeat:  # unchanged: for lane-marks' readers only
+                    changed[lane] = report
+                    self.repeats.add(lane)
         return changed
 
     def sent(self, reports: Mapping[int, LaneReport], now: float, fenced: set[int]) -> None:

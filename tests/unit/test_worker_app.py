@@ -370,3 +370,27 @@ def test_the_slot_position_record_is_versioned() -> None:
         SlotState.from_bytes(orjson.dumps({"format": 7, "partitions": 4, "positions": {}}))
     with pytest.raises(ValueError, match="not JSON"):
         SlotState.from_bytes(b"{")
+
+
+def test_an_unchanged_report_is_sent_again_to_lane_marks_only(tmp_path: Any) -> None:
+    # readers of lane-marks doubt an idle report older than the session timeout, so it is
+    # repeated; the alerter keeps each lane's last report in its state and needs no repeat
+    # (a repeat every few seconds on limit-deaths also kept its lag from ever settling)
+    broker = _Broker()
+    w = _worker(tmp_path, broker)
+    recs = _records(w.topics.input)
+    tp = TopicPartition(w.topics.input, 0)
+
+    async def go() -> None:
+        await w.assigned(_slot(w, 0))
+        await w._batch({tp: recs})
+
+    asyncio.run(go())
+    now = 1_800_000_000.0  # the batch's commit sent both lanes' reports
+    assert not w.watch.reports(now + 2, None)  # nothing changed, not due
+    again = w.watch.reports(now + 60, None)  # due: sent again unchanged
+    assert set(again) == w.watch.repeats == {0, 1 << 16}  # agent-event and channel lanes
+    commit = w.slots.commit_of(0, {}, again, now + 60, w.watch.repeats)
+    topics = [r.topic for r in commit.records]
+    assert topics.count(w.topics.lane_marks) == len(again)
+    assert w.topics.limit_deaths not in topics
