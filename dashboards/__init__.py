@@ -27,6 +27,12 @@ from prism.dashboards._alerts import (
     alert_rules,
     alerting_files,
 )
+from prism.dashboards._budgets import (
+    BUDGET_PANEL,
+    BUDGET_RULE_UID,
+    budget_alert_spec,
+    budget_panel,
+)
 from prism.dashboards._cache import cache_efficiency
 from prism.dashboards._channels import ChannelThresholds, channel_alert_specs, channels
 from prism.dashboards._clickhouse_query import (
@@ -97,6 +103,8 @@ __all__ = [
     "ALERT_GROUP",
     "ALERT_MACROS",
     "ALL",
+    "BUDGET_PANEL",
+    "BUDGET_RULE_UID",
     "CONTACT_POINT",
     "CURRENCY",
     "DASHBOARDS",
@@ -127,6 +135,8 @@ __all__ = [
     "alert_rules",
     "alerting_files",
     "apply_conditional_all",
+    "budget_alert_spec",
+    "budget_panel",
     "build_all",
     "cache_efficiency",
     "channel_alert_specs",

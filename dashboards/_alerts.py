@@ -21,6 +21,7 @@ from grafana_foundation_sdk.models import alerting as alerting_models
 from grafana_foundation_sdk.models import dashboard as dashboard_models
 
 from prism.dashboards._alert_rules import AlertThresholds, alert_specs
+from prism.dashboards._budgets import budget_alert_spec
 from prism.dashboards._channels import ChannelThresholds, channel_alert_specs
 from prism.dashboards._clickhouse_query import ClickHouseQueryBuilder, QueryFormat, datasource_ref
 from prism.dashboards._panels import dedent_sql, qualify
@@ -65,7 +66,7 @@ def alert_rules(
     """
     rules = []
     channel_specs = channel_alert_specs(channel or ChannelThresholds())
-    for s in alert_specs(thresholds) + channel_specs:
+    for s in [*alert_specs(thresholds), budget_alert_spec(), *channel_specs]:
         query = (
             ClickHouseQueryBuilder("A")
             .raw_sql(qualify(dedent_sql(s.sql), database))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.models import dashboard as dashboard_models
 
+from prism.dashboards._budgets import budget_panel
 from prism.dashboards._cost_runs import (
     add_run_panels,
     add_run_variables,
@@ -270,6 +271,7 @@ def cost_and_usage(
             field_units={"last_event_at": "dateTimeAsIso"},
         )
     )
+    b.add(budget_panel())
     if run_filters:
         add_run_panels(b)
     return b.build()

@@ -21,6 +21,7 @@ from typing import Any
 
 from grafana_foundation_sdk.models import dashboard as dashboard_models
 
+from prism.dashboards._budgets import BUDGET_PANEL
 from prism.dashboards._cache import cache_efficiency
 from prism.dashboards._cost import _BILLABLE as BILLABLE
 from prism.dashboards._cost import TOKENS, cost_and_usage
@@ -39,7 +40,7 @@ from prism.dashboards._panels import (
 )
 from prism.dashboards._sre import sre_overview
 
-__all__ = ["REPORT_UID", "ReportPanel", "report_dashboard", "report_panels"]
+__all__ = ["OPTIONAL_ROWS", "REPORT_UID", "ReportPanel", "report_dashboard", "report_panels"]
 
 REPORT_UID = "prism-report"
 
@@ -118,6 +119,9 @@ def _cost(database: str | None) -> dashboard_models.Dashboard:
     return cost_and_usage(database, run_filters=False)
 
 
+# Rows drawn only when a panel of theirs has rows: budgets exist only with a budgets file.
+OPTIONAL_ROWS = frozenset({"Budgets"})
+
 # (row title, [(source dashboard, panel title, width) or (None, factory, width)])
 _LAYOUT: Sequence[tuple[str, Sequence[tuple[Builder | None, Any, int]]]] = (
     (
@@ -145,6 +149,7 @@ _LAYOUT: Sequence[tuple[str, Sequence[tuple[Builder | None, Any, int]]]] = (
             (_cost, "Reported cost by tenant and model ($currency)", 12),
         ),
     ),
+    ("Budgets", ((_cost, BUDGET_PANEL, 24),)),
     (
         "Cache and latency",
         (
@@ -193,8 +198,8 @@ def report_dashboard(database: str | None = None) -> dashboard_models.Dashboard:
         REPORT_UID,
         "Prism / Report",
         "The panels of `prism-pipeline report` (a self-contained HTML page): run outcomes, "
-        "limit deaths, cost and tokens, cache hit rate, turn latency, rejected input, "
-        "alerts, the most expensive runs and freshness.",
+        "limit deaths, cost and tokens, budget crossings, cache hit rate, turn latency, "
+        "rejected input, alerts, the most expensive runs and freshness.",
         database=database,
         tags=("prism", "report"),
         time_from="now-6h",
@@ -229,6 +234,7 @@ class ReportPanel:
     time_axis: str | None = None  # the clock of a time series' x axis (EVENT/RECEIVE_TIME)
     repeat: str | None = None  # the variable Grafana repeats the panel over, one per value
     repeat_query: str = ""  # that variable's raw SQL (its values)
+    optional: bool = False  # left out of the page when it has no rows (OPTIONAL_ROWS)
 
 
 def report_panels(database: str | None = None) -> list[ReportPanel]:
@@ -273,6 +279,7 @@ def report_panels(database: str | None = None) -> list[ReportPanel]:
                 time_axis=time_axis(targets) if panel["type"] == "timeseries" else None,
                 repeat=repeat,
                 repeat_query=queries.get(repeat, "") if repeat else "",
+                optional=row in OPTIONAL_ROWS,
             )
         )
     return out

@@ -191,13 +191,15 @@ def render_page(meta: PageMeta, results: Sequence[PanelResult]) -> str:
     """The whole HTML document for ``results`` (in layout order)."""
     parts, row = [], None
     for result in results:
+        if result.panel.optional and not result.rows and not result.error:
+            continue  # e.g. budgets: drawn only when the ledger has budget data
         if result.panel.row != row:
             row = result.panel.row
             parts.append(f"<h2>{escape(row)}</h2>")
         parts.append(_panel(result, meta))
     tenants = ", ".join(meta.tenants) if meta.tenants else "all"
     fmt = "%Y-%m-%d %H:%M:%S UTC"
-    empty = [r.panel.title for r in results if not r.error and not r.rows]
+    empty = [r.panel.title for r in results if not r.error and not r.rows and not r.panel.optional]
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'

@@ -143,6 +143,7 @@ def test_dashboards_cover_what_each_audience_needs() -> None:
         "Top 20 most expensive runs",
         "Cost per successful run ($currency)",
         "Estimated share trend by tenant",
+        "Budgets: spend vs amount per scope",
     } <= titles["cost_and_usage"]
     assert {
         "Tool calls by tool",
@@ -272,6 +273,7 @@ def test_alert_files_pass_the_lint_and_use_the_provisioning_shape() -> None:
         "Stale runs growing",
         "Dead-letter rate above baseline",
         "Ingest freshness",
+        "Budget threshold crossed",  # dashboards/_budgets.py
         # channel rules (dashboards/_channels.py)
         "Channel open item unreconciled",
         "Channel capacity denials per connection",
