@@ -19,6 +19,7 @@ from prism.dashboards import (
     Variable,
     alerting_files,
     dashboard_json,
+    expand_alert_query,
     expand_query,
     report_panels,
 )
@@ -155,7 +156,7 @@ def test_the_budget_rule_fires_per_open_crossing_and_clears_when_the_period_ends
     window = timedelta(seconds=rule["data"][0]["relativeTimeRange"]["from"])
 
     def firing(now: datetime) -> set[tuple[str, str]]:
-        rows = _query(ch_client, expand_query(raw, TimeRange(now - window, now)))
+        rows = _query(ch_client, expand_alert_query(raw, TimeRange(now - window, now)))
         return {(r["scope"], r["budget_threshold"]) for r in rows if r["open_crossings"] > 0}
 
     bot = ("tenant=acme;agent=support-bot", "100%")
