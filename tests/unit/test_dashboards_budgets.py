@@ -3,7 +3,6 @@ holding the alert rows the budget desk writes (``budget_alert``, as the desk bui
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -24,31 +23,12 @@ from prism.dashboards import (
     report_panels,
 )
 from prism.dashboards._cost import cost_and_usage
-from prism.pipeline.budgets import read_budgets
 from prism.pipeline.budgets._records import budget_alert
 from prism.pipeline.report._data import PanelResult
 from prism.pipeline.report._html import PageMeta, render_page
 from prism.schemas import AlertRow
 from prism.sinks import migrate
-
-BUDGETS = """
-[[budgets]]
-name = "acme-monthly"
-scope = { tenant = "acme" }
-currency = "USD"
-period = "month"
-timezone = "UTC"
-amount = "1000"
-thresholds = { percent = [50, 80], absolute = ["900"] }
-
-[[budgets]]
-name = "bot-daily"
-scope = { tenant = "acme", agent = "support-bot" }
-currency = "EUR"
-period = "day"
-timezone = "UTC"
-amount = "40"
-"""
+from tests.fixtures import budgets
 
 NOV = datetime(2026, 11, 1, tzinfo=UTC)
 DEC = datetime(2026, 12, 1, tzinfo=UTC)
@@ -60,9 +40,7 @@ def _us(t: datetime) -> int:
 
 
 def _rows(tmp_path: Path) -> list[AlertRow]:
-    path = tmp_path / "budgets.toml"
-    path.write_text(BUDGETS, encoding="utf-8")
-    monthly, daily = read_budgets(path).budgets
+    monthly, daily = budgets.read(tmp_path / "budgets.toml").budgets
     month = (_us(NOV), _us(DEC))
     day2 = (_us(NOV + timedelta(days=1)), _us(NOV + timedelta(days=2)))
     at = NOV + timedelta(days=3)
@@ -94,12 +72,7 @@ def _rows(tmp_path: Path) -> list[AlertRow]:
 @pytest.fixture
 def ledger(ch_client: Any, ch_database: str, tmp_path: Path) -> Iterator[str]:
     migrate(ch_client, ch_database)
-    rows = _rows(tmp_path)
-    cols = [f.name for f in dataclasses.fields(AlertRow)]
-    data = [[getattr(r, c) for c in cols] for r in rows]
-    ch_client.insert(
-        f"{ch_database}.alerts_store", data, column_names=cols, settings={"async_insert": 0}
-    )
+    budgets.store_alerts(ch_client, ch_database, _rows(tmp_path))
     yield ch_database
 
 
