@@ -31,10 +31,10 @@ from typing import Any
 import pytest
 
 from prism.devstack.workerproc import WorkerProcess, wait_members
-from prism.pipeline.retry import retry_transient
 from prism.pipeline.settings import Settings
 from prism.pipeline.topics import ensure_topics
 from tests.fixtures.events import event_bytes, make_event
+from tests.fixtures.kafka_io import produce, read_committed
 from tests.fixtures.oracle import subprocess_query
 from tests.integration.test_faults_harness import FaultLab
 
@@ -86,55 +86,9 @@ def _acme(seconds: range) -> list[tuple[str, bytes]]:
     return out
 
 
-def _produce(settings: Settings, records: list[tuple[str, bytes]]) -> None:
-    from aiokafka import AIOKafkaProducer
-
-    async def once() -> None:
-        producer = AIOKafkaProducer(**settings.aiokafka_kwargs())
-        await producer.start()
-        try:
-            for key, value in records:
-                await producer.send_and_wait(settings.topics.input, value, key=key.encode())
-        finally:
-            await producer.stop()
-
-    asyncio.run(
-        retry_transient(once, what="publishing", bootstrap=settings.kafka_bootstrap_servers)
-    )
-
-
-def _committed(settings: Settings, topic: str, partitions: int) -> list[Any]:
-    """Every record of ``topic`` a read-committed reader sees, in offset order per partition."""
-    from aiokafka import AIOKafkaConsumer, TopicPartition
-
-    async def read() -> list[Any]:
-        consumer = AIOKafkaConsumer(
-            bootstrap_servers=settings.kafka_bootstrap_servers,
-            enable_auto_commit=False,
-            isolation_level="read_committed",
-        )
-        await consumer.start()
-        try:
-            tps = [TopicPartition(topic, p) for p in range(partitions)]
-            consumer.assign(tps)
-            await consumer.seek_to_beginning(*tps)
-            ends = await consumer.end_offsets(tps)
-            out: list[Any] = []
-            deadline = time.monotonic() + 60
-            while [tp for tp in tps if await consumer.position(tp) < ends[tp]]:
-                assert time.monotonic() < deadline, f"could not read {topic}"
-                for recs in (await consumer.getmany(timeout_ms=1000)).values():
-                    out.extend(recs)
-            return out
-        finally:
-            await consumer.stop()
-
-    return asyncio.run(read())
-
-
 def _budget_alerts(settings: Settings) -> list[tuple[str, str, float, str]]:
     out = []
-    for r in _committed(settings, settings.topics.alerts, settings.partitions):
+    for r in read_committed(settings, settings.topics.alerts):
         a = json.loads(r.value)
         if a["rule"] == "budget_threshold":
             out.append((a["alertId"], a["state"], float(a["value"]), a["ts"][:19]))
@@ -201,7 +155,7 @@ def test_two_workers_and_a_restart_fire_each_budget_threshold_once(
     ]
 
     # first half: seconds 0..5, then both workers
-    _produce(first, [*_acme(range(6)), *_run("globex-0", T0 + timedelta(seconds=5),
+    produce(first, [*_acme(range(6)), *_run("globex-0", T0 + timedelta(seconds=5),
                                             "globex", "bot", "5")])  # fmt: skip
     workers = {n: lab.worker(s, n) for n, s in settings.items()}
     wait_members(first.kafka_bootstrap_servers, first.consumer_group, 2, timeout=120)
@@ -222,13 +176,13 @@ def test_two_workers_and_a_restart_fire_each_budget_threshold_once(
     other = next(n for n in workers if n != holder)
     everything = "[0, 1, 2, 3] and the alerter"
     _wait("the takeover", lambda: _assigned(workers[other]) == everything, lab)
-    _produce(first, _acme(range(6, 12)))
+    produce(first, _acme(range(6, 12)))
     lab.drain(workers[other], first, timeout=120, settle=2.0)
     workers[holder] = lab.worker(settings[holder], holder)  # back, on its own ledger
     wait_members(first.kafka_bootstrap_servers, first.consumer_group, 2, timeout=120)
     lab.drain(workers[other], first, timeout=120, settle=2.0)
     # the next day begins: the daily budget's period ends
-    _produce(first, _run("globex-1", T0 + timedelta(hours=15, minutes=30), "globex", "bot", "5"))
+    produce(first, _run("globex-1", T0 + timedelta(hours=15, minutes=30), "globex", "bot", "5"))
     lab.drain(workers[other], first, timeout=120, settle=2.0)
     fired_last = [
         (f"budget_threshold:tenant=acme:100%:{MONTH}", "firing", 10.0, iso(9)),
@@ -248,7 +202,7 @@ def test_two_workers_and_a_restart_fire_each_budget_threshold_once(
 
     # the budget-state records: each scope's last is its spend at the settled time
     last: dict[bytes, dict[str, Any]] = {}
-    for r in _committed(first, first.topics.budget_state, 1):
+    for r in read_committed(first, first.topics.budget_state, 1):
         last[r.key] = json.loads(r.value)
     acme, bot = last[b"tenant=acme"], last[b"tenant=acme;agent=bot"]
     assert (acme["spent"], acme["provisional"], acme["state"]) == ("12", "12", "exceeded")

@@ -19,10 +19,9 @@ import pytest
 
 from prism.devstack.workerproc import wait_members
 from prism.pipeline.replay._tail import partition_for
-from prism.pipeline.retry import retry_transient
-from prism.pipeline.settings import Settings
 from prism.pipeline.topics import ensure_topics
 from tests.fixtures.events import event_bytes, make_event
+from tests.fixtures.kafka_io import produce
 from tests.fixtures.oracle import subprocess_query
 from tests.integration.test_faults_harness import FaultLab
 
@@ -48,24 +47,6 @@ def _iso(t: datetime) -> str:
     return t.isoformat().replace("+00:00", "Z")
 
 
-def _produce(settings: Settings, records: list[tuple[str, bytes]]) -> None:
-    """Keyed by run id, as the contract asks (the default partitioner: murmur2)."""
-    from aiokafka import AIOKafkaProducer
-
-    async def once() -> None:
-        producer = AIOKafkaProducer(**settings.aiokafka_kwargs())
-        await producer.start()
-        try:
-            for key, value in records:
-                await producer.send_and_wait(settings.topics.input, value, key=key.encode())
-        finally:
-            await producer.stop()
-
-    asyncio.run(
-        retry_transient(once, what="publishing", bootstrap=settings.kafka_bootstrap_servers)
-    )
-
-
 def test_a_worker_whose_partitions_went_quiet_marks_stale_runs_on_the_others_progress(
     lab: FaultLab, tmp_path: Path
 ) -> None:
@@ -83,7 +64,7 @@ def test_a_worker_whose_partitions_went_quiet_marks_stale_runs_on_the_others_pro
     ]
     workers = {n: lab.worker(s, n) for n, s in settings.items()}
     wait_members(first.kafka_bootstrap_servers, first.consumer_group, 2, timeout=120)
-    _produce(first, started)  # once both hold partitions: each applies its own
+    produce(first, started)  # once both hold partitions: each applies its own
     lab.drain(workers["a"], first, timeout=120, settle=2.0)
 
     # Later event time arrives on one partition only: one worker, at most, sees it.
@@ -91,7 +72,7 @@ def test_a_worker_whose_partitions_went_quiet_marks_stale_runs_on_the_others_pro
         :1
     ]
     later = t0 + timedelta(hours=2)
-    _produce(first, [(late, event_bytes(make_event("agent_started", late, 0,
+    produce(first, [(late, event_bytes(make_event("agent_started", late, 0,
                                                    envelope={"ts": _iso(later)})))])  # fmt: skip
     lab.drain(workers["a"], first, timeout=120, settle=1.0)
     # the workers' 1 s timers: the moved watermark reaches the quiet one through the

@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 
 from prism.devstack.workerproc import committed_lag
-from prism.pipeline.settings import Settings
 from prism.runtime.simulator import FleetConfig, simulate
+from tests.fixtures.kafka_io import read_committed
 from tests.fixtures.ledger_compare import merge_ledger
 from tests.integration.test_faults_harness import (
     CHAOS,
@@ -52,37 +52,6 @@ def _wait(what: str, check: Callable[[], object], timeout: float, lab: FaultLab)
             return
         time.sleep(0.3)
     raise AssertionError(f"{what} did not happen in {timeout:.0f}s:\n{lab.tails()}")
-
-
-def _read_committed(settings: Settings, topic: str) -> list[Any]:
-    """Every record of ``topic`` (partitioned like the input) a read-committed reader sees."""
-    import asyncio
-
-    from aiokafka import AIOKafkaConsumer, TopicPartition
-
-    async def read() -> list[Any]:
-        consumer = AIOKafkaConsumer(
-            bootstrap_servers=settings.kafka_bootstrap_servers,
-            enable_auto_commit=False,
-            isolation_level="read_committed",
-        )
-        await consumer.start()
-        try:
-            tps = [TopicPartition(topic, p) for p in range(settings.partitions)]
-            consumer.assign(tps)
-            await consumer.seek_to_beginning(*tps)
-            ends = await consumer.end_offsets(tps)
-            out: list[Any] = []
-            deadline = time.monotonic() + 60
-            while [tp for tp in tps if await consumer.position(tp) < ends[tp]]:
-                assert time.monotonic() < deadline, f"could not read {topic}"
-                for recs in (await consumer.getmany(timeout_ms=1000)).values():
-                    out.extend(recs)
-            return out
-        finally:
-            await consumer.stop()
-
-    return asyncio.run(read())
 
 
 @pytest.mark.slow
@@ -113,7 +82,7 @@ def test_a_paused_worker_that_wakes_up_is_fenced_and_changes_nothing(lab: FaultL
     assert wa.stop() == 0 and wb.stop() == 0
 
     # read committed: the zombie's batch left no output; each run closed once
-    closed = Counter(r.key for r in _read_committed(a, a.topics.runs_closed))
+    closed = Counter(r.key for r in read_committed(a, a.topics.runs_closed))
     assert closed and max(closed.values()) == 1, closed.most_common(3)
     merge_ledger(src_dsn=b.clickhouse_dsn, dst_dsn=a.clickhouse_dsn, tmp=lab.tmp)
     problems = ledger_report(a, lab.tmp).problems(fleet.manifest)

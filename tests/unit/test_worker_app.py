@@ -164,9 +164,8 @@ def _txns(broker: _Broker) -> list[tuple[str, SlotCommit]]:
     return [step for kind, step in broker.steps if kind == "txn"]
 
 
-def test_a_batch_commits_its_outputs_state_position_and_offsets_after_the_ledger(
-    tmp_path: Any,
-) -> None:
+def _one_batch(tmp_path: Any) -> tuple[_Broker, PipelineWorker, list[InRecord], TopicPartition]:
+    """A worker assigned slot 0 that stepped and committed one batch of a fleet."""
     broker = _Broker()
     w = _worker(tmp_path, broker)
     recs = _records(w.topics.input)
@@ -177,6 +176,13 @@ def test_a_batch_commits_its_outputs_state_position_and_offsets_after_the_ledger
         await w._batch({tp: recs})
 
     asyncio.run(go())
+    return broker, w, recs, tp
+
+
+def test_a_batch_commits_its_outputs_state_position_and_offsets_after_the_ledger(
+    tmp_path: Any,
+) -> None:
+    broker, w, recs, tp = _one_batch(tmp_path)
     kinds = [kind for kind, _ in broker.steps]
     assert kinds[:3] == ["restore", "ledger", "txn"]
     [(slot, commit)] = _txns(broker)
@@ -376,16 +382,7 @@ def test_an_unchanged_report_is_sent_again_to_lane_marks_only(tmp_path: Any) -> 
     # readers of lane-marks doubt an idle report older than the session timeout, so it is
     # repeated; the alerter keeps each lane's last report in its state and needs no repeat
     # (a repeat every few seconds on limit-deaths also kept its lag from ever settling)
-    broker = _Broker()
-    w = _worker(tmp_path, broker)
-    recs = _records(w.topics.input)
-    tp = TopicPartition(w.topics.input, 0)
-
-    async def go() -> None:
-        await w.assigned(_slot(w, 0))
-        await w._batch({tp: recs})
-
-    asyncio.run(go())
+    _, w, _, _ = _one_batch(tmp_path)
     now = 1_800_000_000.0  # the batch's commit sent both lanes' reports
     assert not w.watch.reports(now + 2, None)  # nothing changed, not due
     again = w.watch.reports(now + 60, None)  # due: sent again unchanged
