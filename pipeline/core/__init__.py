@@ -53,6 +53,7 @@ from ._types import (
     LimitDeath,
     Output,
     OutRecord,
+    lane_of_forwarded,
 )
 
 CHANNEL_QUARANTINE_REASONS = (_ILLEGAL_TRANSITION, _DUPLICATE_SEQ)
@@ -94,6 +95,7 @@ __all__ = [
     "dlq_record",
     "home_partition",
     "judge",
+    "lane_of_forwarded",
     "lane_record",
     "murmur2",
     "producer_pattern",

@@ -232,13 +232,18 @@ class Intake:
             proc.generation = generation
 
     def drop(self, partition: int) -> None:
-        """Forget a partition (revoked from this worker)."""
+        """Forget a partition (revoked from this worker). A hold this process set for
+        copies it forwarded there stays: they are still on their way to its next owner."""
         self.generations.pop(partition, None)
         self.processors.pop(partition, None)
         self.channels.pop(partition, None)
         self.ticked_at.pop(partition, None)
         self.clock.forget(partition)
-        self.clock.forget(forwarded_lane(partition))
+        copies = forwarded_lane(partition)
+        held = self.clock.held(copies)
+        self.clock.forget(copies)
+        if held is not None:
+            self.clock.hold(copies, held)
 
     def hold(self, partition: int, ts_us: int | None) -> None:
         """The earliest event time of the forwarded copies still on their way to the

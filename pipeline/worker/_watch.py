@@ -35,7 +35,7 @@ from aiokafka import TopicPartition
 
 from prism.schemas import ProgressRow
 
-from ..core import InRecord, Intake, LaneReport, Output
+from ..core import InRecord, Intake, LaneReport, Output, lane_of_forwarded
 from ..settings import Settings
 from ._consumer import GroupConsumer
 from ._lanes import CHANNEL_LANE
@@ -215,7 +215,15 @@ class PartitionWatch:
 
     def release_copies(self, reported: Mapping[int, int]) -> None:
         """Release the holds of remote home lanes whose reported repartition position
-        (``reported``: lane -> position) is past the last copy sent there."""
+        (``reported``: lane -> position) is past the last copy sent there. A hold set while
+        the home lane was held here and kept when it moved away waits the same way, for
+        the last copy this process produced there."""
+        for key in self.intake.clock.holds():
+            lane = lane_of_forwarded(key)
+            if lane is None or slot_of(lane) in self.slots.held or lane in self._copies:
+                continue
+            topic = self.slots.repartition_of(lane)
+            self._copies[lane] = self.slots.checkpoint.produced.get((topic, slot_of(lane)), -1)
         for lane, offset in list(self._copies.items()):
             if slot_of(lane) in self.slots.held or reported.get(lane, -1) > offset:
                 if slot_of(lane) not in self.slots.held:

@@ -571,3 +571,17 @@ def test_copies_sent_to_a_lane_another_process_holds_hold_that_process_too() -> 
     assert home_clock.watermark_us == sent + 10_000_000
     home_clock.remote(off, report.mark_us, idle=True, hold_us=report.hold_us)  # ...but this
     assert home_clock.watermark_us == sent
+
+
+def test_a_hold_for_copies_in_flight_outlives_the_home_lane_moving_away() -> None:
+    # the home lane was held here when the copy was forwarded, then moved to another
+    # process before the copy was applied: the hold stays (and goes into this process's
+    # reports) until that process reports the copy applied
+    sender = Intake(CoreConfig(processing_grace=False), route_partitions=K)
+    value = orjson.dumps(RunBuilder("r1").started().events[0])
+    home, off = _off_home(b"r1")
+    sender.processor(home)  # the home lane is held here too
+    (f,) = sender.step(off, [InRecord(value, INPUT, off, 7, key=b"r1-e0")], NOW).forwards
+    assert sender.sent_hold(held={off, home}) is None  # its own lane: released locally
+    sender.drop(home)  # revoked before the copy was applied
+    assert sender.sent_hold(held={off}) == f.ts_us
