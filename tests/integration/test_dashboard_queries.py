@@ -8,13 +8,10 @@ simulator's ground-truth manifest.
 
 from __future__ import annotations
 
-import tempfile
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -39,7 +36,6 @@ from prism.dashboards import (
     tools,
 )
 from prism.pipeline._store import LedgerStore
-from prism.pipeline.budgets._records import budget_alert
 from prism.pipeline.core import Output
 from prism.pipeline.ingest import ingest_lines
 from prism.runtime.simulator import Fleet, FleetConfig, simulate
@@ -103,7 +99,7 @@ def ledger(ch_client: Any) -> Iterator[Ledger]:
             """
         ).result_rows
         assert found, "the simulated fleet has no parent run whose child died on a limit"
-        _budget_crossings(ch_client, database, found[0][1], start)
+        budgets.store_crossing(ch_client, database, found[0][1], start)
         yield Ledger(
             client=ch_client,
             database=database,
@@ -116,19 +112,6 @@ def ledger(ch_client: Any) -> Iterator[Ledger]:
         )
     finally:
         ch_client.command(f"DROP DATABASE IF EXISTS {database} SYNC")
-
-
-def _budget_crossings(client: Any, database: str, tenant: str, start: datetime) -> None:
-    """The budget desk's rows for the run's tenant: a monthly budget's 50% crossed an hour
-    into the fleet (its month still open at the range's end), as the worker writes them."""
-    with tempfile.TemporaryDirectory() as tmp:
-        monthly, _ = budgets.read(Path(tmp) / "budgets.toml", tenant).budgets
-    month_start = start.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-    month_end = (month_start + timedelta(days=32)).replace(day=1)
-    period = (int(month_start.timestamp() * 1e6), int(month_end.timestamp() * 1e6))
-    at = int((start + timedelta(hours=1)).timestamp() * 1e6)
-    row = budget_alert(monthly, "50%", Decimal(500), period, "firing", at, Decimal("512.5"))
-    budgets.store_alerts(client, database, [row])
 
 
 # Two workers' position samples (worker_progress), as the worker writes them every

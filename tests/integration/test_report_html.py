@@ -26,6 +26,7 @@ from prism.pipeline.ingest import ingest_lines
 from prism.pipeline.report import build_report
 from prism.runtime.simulator import FleetConfig, simulate
 from prism.sinks import LedgerWriter, migrate
+from tests.fixtures import budgets
 from tests.fixtures.browser import decode_png, ensure_chromium, render_page
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
@@ -70,6 +71,7 @@ def ledger(ch_client: Any) -> Iterator[str]:
             batch_size=500,
             max_event_bytes=FLEET.max_event_bytes,
         )
+        budgets.store_crossing(ch_client, database, "acme", start)  # the budgets panel's row
         yield database
     finally:
         ch_client.command(f"DROP DATABASE IF EXISTS {database} SYNC")
