@@ -61,6 +61,10 @@ class Fenced(Exception):
     """A newer owner of the slot took over: this process may not write for it."""
 
 
+class _Unusable(Exception):
+    """A producer that a fatal error left unable to begin another transaction."""
+
+
 @dataclass(slots=True)
 class SlotCommit:
     """What one slot's transaction carries: records, and offsets (next offset to read)."""
@@ -79,11 +83,13 @@ class Transactions:
         *,
         max_request_size: int = 1_048_576,
         transaction_timeout_s: float = 60.0,
+        give_up_s: float = 30.0,
     ) -> None:
         self.group = group
         self.kwargs = kafka_kwargs
         self.max_request_size = max_request_size
         self.transaction_timeout_s = transaction_timeout_s
+        self.give_up_s = give_up_s  # a commit still retrying after this is handled as fenced
         self.producers: dict[str, Any] = {}
         self._partitioner = DefaultPartitioner()
 
@@ -149,7 +155,12 @@ class Transactions:
             raise Fenced(f"no producer for slot {slot}: it is not held")
 
         async def once() -> dict[tuple[str, int], int]:
-            await producer.begin_transaction()
+            try:
+                await producer.begin_transaction()
+            except KafkaError:
+                raise
+            except Exception as exc:  # aiokafka's state check: a fatal error before
+                raise _Unusable(f"its producer cannot begin a transaction ({exc!r})") from exc
             try:
                 produced = await send_records(producer, commit.records, self._partitioner)
                 if commit.offsets:
@@ -165,12 +176,25 @@ class Transactions:
             return produced
 
         try:
-            return await retry_transient(
-                once,
-                what=f"committing the transaction of slot {slot}",
-                bootstrap=str(self.kwargs.get("bootstrap_servers", "")),
-                deadline=float("inf"),
-            )
+            async with asyncio.timeout(self.give_up_s):
+                return await retry_transient(
+                    once,
+                    what=f"committing the transaction of slot {slot}",
+                    bootstrap=str(self.kwargs.get("bootstrap_servers", "")),
+                    deadline=float("inf"),
+                )
+        except TimeoutError as exc:
+            # A broker away (or a coordinator moving) holds the commit; the batch lock
+            # is held meanwhile, and with it every rebalance of the group (``revoked``
+            # waits for the batch in hand). Its outcome unknown, the slot is handled as
+            # fenced, as below: the group, not this wait, decides who holds it next.
+            await self.close(slot)
+            raise Fenced(
+                f"slot {slot}: the transaction did not end in {self.give_up_s:g}s"
+            ) from exc
+        except _Unusable as exc:  # the sender died on a fatal error: as fenced, below
+            await self.close(slot)
+            raise Fenced(f"slot {slot}: {exc}") from exc
         except (ProducerFenced, TransactionalIdAuthorizationFailed, IllegalOperation) as exc:
             await self.close(slot)
             raise Fenced(f"slot {slot}: {exc}") from exc

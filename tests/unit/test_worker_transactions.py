@@ -21,15 +21,20 @@ from prism.pipeline.worker._checkpoint import Checkpoint, Fenced, SlotCommit, Tr
 
 
 class _Producer:
-    """Records the transaction calls; ``commit_transaction`` raises the queued errors."""
+    """Records the transaction calls; ``commit_transaction`` raises the queued errors
+    (``hang``: waits forever instead); after ``fatal`` it cannot begin again."""
 
-    def __init__(self, errors: list[BaseException]) -> None:
+    def __init__(self, errors: list[BaseException], *, fatal: bool = False) -> None:
         self.errors = errors
         self.calls: list[str] = []
         self.stopped = False
+        self.fatal = fatal
+        self.hang = False
 
     async def begin_transaction(self) -> None:
         self.calls.append("begin")
+        if self.fatal and self.calls.count("begin") > 1:  # as aiokafka's state check says
+            raise AssertionError("Invalid state transition FATAL_ERROR -> IN_TRANSACTION")
 
     async def send_offsets_to_transaction(self, offsets: Any, group: str) -> None:
         self.calls.append(
@@ -38,6 +43,8 @@ class _Producer:
 
     async def commit_transaction(self) -> None:
         self.calls.append("commit")
+        if self.hang:
+            await asyncio.Event().wait()
         if self.errors:
             raise self.errors.pop(0)
 
@@ -90,3 +97,26 @@ def test_a_bug_is_raised_unchanged() -> None:
     with pytest.raises(ZeroDivisionError):
         asyncio.run(checkpoint.commit({"3": _OFFSETS}))
     assert not producer.stopped
+
+
+def test_a_producer_left_unusable_by_a_fatal_error_fences_the_slot() -> None:
+    """A broker SIGKILLed mid-transaction: the send failed with a transient error while the
+    producer's sender died (OutOfOrderSequenceNumber), and the retry's begin_transaction
+    raised aiokafka's state assertion, which stopped the worker (seen in a chaos soak)."""
+    producer = _Producer([KafkaConnectionError()], fatal=True)
+    txns, checkpoint = _commit(producer)
+    assert asyncio.run(checkpoint.commit({"3": _OFFSETS})) == {"3"}
+    assert producer.stopped and "3" not in txns.producers
+    assert producer.calls.count("begin") == 2 and producer.calls.count("commit") == 1
+
+
+def test_a_transaction_that_does_not_end_in_time_fences_the_slot() -> None:
+    """Every rebalance of the group waits for the batch in hand: a commit held by a broker
+    away may not hold the group longer than ``give_up_s``."""
+    producer = _Producer([])
+    producer.hang = True
+    txns, _ = _commit(producer)
+    txns.give_up_s = 0.2
+    with pytest.raises(Fenced, match=r"slot 3: the transaction did not end in 0.2s"):
+        asyncio.run(txns.commit("3", _OFFSETS, "tok:1"))
+    assert producer.stopped and "3" not in txns.producers
