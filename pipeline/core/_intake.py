@@ -348,17 +348,24 @@ class Intake:
         return out
 
     def tick(
-        self, now: float, quiet_for: float = 0.0, busy: Collection[int] = ()
+        self,
+        now: float,
+        quiet_for: float = 0.0,
+        busy: Collection[int] = (),
+        held: Collection[int] | None = None,
     ) -> dict[int, Output]:
         """Let processing time pass on every partition (grace periods of quiet partitions).
 
         ``quiet_for``: only partitions not stepped or ticked in the last ``quiet_for``
         seconds (a step ticks its partition's processors itself, with the same ``now``);
-        ``busy``: partitions with input waiting, whose next step ticks them anyway.
+        ``busy``: partitions with input waiting, whose next step ticks them anyway;
+        ``held``: only these (a worker's lanes it may commit for; None: all).
         Like ``step``, each partition's tick stays open until ``commit`` or ``rollback``.
         """
         outs = {}
         for p in self.quiet(now, quiet_for, busy):
+            if held is not None and p not in held:
+                continue
             self.ticked_at[p] = now
             outs[p] = Output()
             for proc in self.lane(p):

@@ -12,15 +12,15 @@ Wiring only; each part is a module of its own:
 - ``_alerter``: the one exhaustion alerter on the single ``limit-deaths`` partition;
 - ``_marks``: every lane's event-time report, for one watermark across processes;
 - ``_watch``: positions against ends: read-backs, lane reports, progress rows;
-- ``_notify``: the alert sinks a committed batch's alerts go to.
+- ``_notify``: the alert sinks a committed batch's alerts go to;
+- ``_pace``: how many records a fetch may take (a rebalance waits for the batch in hand).
 
-One task runs the loop: fetch, then under the lock a batch (``_batch``), and the timer's
-tick when due (``_tick``). The group's callbacks (``revoked`` / ``assigned``) take the
-same lock, so they never land inside a batch: a batch is committed, or not at all,
-before its partitions move. Every held partition has a known position (the next offset
-to step): records below it are re-deliveries and skipped, a fetch that begins past it
-is completed by reading the offsets in between back (``_watch``), so a fetch taken
-before an assignment (the partitions were sought to their positions since) is safe.
+One task runs the loop: take over an assignment (``take_over``), fetch, then under the
+lock a batch (``_batch``) and the timer's tick when due (``_tick``). ``revoked`` takes the
+lock, so a batch is committed, or not at all, before its partitions move; ``assigned``
+only notes and pauses them. Every held partition has a known position (the next offset
+to step): records below it are re-deliveries and skipped, a fetch that begins past it is
+completed by reading the offsets in between back (``_watch``).
 """
 
 from __future__ import annotations
@@ -47,8 +47,10 @@ from ._checkpoint import ALERTER, Checkpoint, Transactions
 from ._consumer import GroupConsumer, KafkaGroupConsumer
 from ._gc import GcPolicy
 from ._lanes import source_of
+from ._loopwatch import LoopWatch
 from ._marks import LaneMarks
 from ._notify import AlertSink, Notifiers
+from ._pace import BatchPace
 from ._records import die
 from ._slots import Slots, check_state_size, slot_of
 from ._state import StateReader
@@ -63,14 +65,11 @@ _MARKS_WAIT_S = 60  # the longest a starting worker waits to read the other lane
 
 
 class PipelineWorker:
-    """One worker process of the group (see the module docstring).
-
-    ``writer`` is the ledger sink (``sinks.LedgerWriter``); ``alert_sinks`` receive the
-    alerts raised (e.g. the webhook notifier); ``clock`` is processing time; ``consumer``
-    and ``transactions`` replace the Kafka group consumer and transactional producers
-    (tests); ``drop_fetched(topic, partition, records)`` true drops a fetched chunk of an
-    input topic before it is stepped (a test seam: ``_watch`` reads it back); ``prices``
-    reads the price book the lanes price spend with (budgets on, ``_budget_desk``).
+    """One worker process of the group (see the module docstring). ``writer``: the ledger
+    sink; ``alert_sinks``: where alerts go (e.g. the webhook); ``clock``: processing time;
+    ``consumer`` and ``transactions`` replace the group consumer and transactional producers
+    (tests); ``drop_fetched(topic, partition, records)`` true drops a fetched chunk before
+    its step (a test seam: ``_watch`` reads it back); ``prices``: the budget desk's book.
     """
 
     def __init__(
@@ -109,8 +108,9 @@ class PipelineWorker:
         )  # fmt: skip
         self._worker_id = f"{socket.gethostname()}:{os.getpid()}"
         self.transactions = transactions or Transactions(
-            group, kw, max_request_size=settings.max_record_bytes
-        )
+            group, kw, max_request_size=settings.max_record_bytes,
+            give_up_s=2 * settings.consumer_session_timeout_seconds,  # rebalances wait on it
+        )  # fmt: skip
         self.checkpoint = Checkpoint(self.transactions, f"{self._worker_id}:{uuid.uuid4().hex[:8]}")
         changelog = f"{group}-run-state-changelog"
         self.slots = Slots(
@@ -124,6 +124,7 @@ class PipelineWorker:
         if settings.budgets_file is not None:  # every lane's billed spend to the budget desk
             self.slots.spend = LaneSpend(prices)
         self._deaths, self._deaths_held = TopicPartition(t.limit_deaths, 0), False
+        self._assigned: set[TopicPartition] | None = None  # to take over (``take_over``)
         self.marks = LaneMarks(
             t.lane_marks, kw, idle_expiry_s=settings.consumer_session_timeout_seconds
         )
@@ -131,25 +132,31 @@ class PipelineWorker:
         self.gc = GcPolicy()
         self.telemetry = WorkerTelemetry(settings.state_dir / "worker-stats.json")
         self._tick_interval = max(1.0, settings.batch_max_seconds)
-        self.rebalances = 0
+        self.rebalances, session_s = 0, settings.consumer_session_timeout_seconds
+        self.pace = BatchPace(settings.batch_max_events, target_s=session_s / 4)
+        self.loop_watch = LoopWatch(warn_s=max(1.0, session_s / 4))  # heartbeats wait on it
 
     async def run(self) -> None:
         """Join the group and work until ``stop``; a failure stops the process uncommitted."""
         await self.consumer.start([*self.topics.slot_topics, self.topics.limit_deaths], self)
         marks = asyncio.ensure_future(self.marks.run(lambda: self._stopping))
+        self.loop_watch.start()
         if not await self.marks.wait_caught_up(_MARKS_WAIT_S):  # the lanes that hold time
             log.warning("the lane reports were not read within %ds; going on", _MARKS_WAIT_S)
         next_tick = time.monotonic() + self._tick_interval
         try:
             while not self._stopping:
+                await self.take_over()
                 wait = min(self._tick_interval, max(0.05, next_tick - time.monotonic()))
-                fetched = await self.consumer.fetch(self.settings.batch_max_events, wait)
+                fetched = await self.consumer.fetch(self.pace.limit(), wait)
                 async with self._lock:
                     if self._stopping:
                         break
                     if len(fetched):
+                        started = time.monotonic()
                         with self.gc.batch():
                             await self._batch(fetched.records)
+                        self.pace.took(len(fetched), time.monotonic() - started)
                     if time.monotonic() >= next_tick:
                         await self._tick()
                         next_tick = time.monotonic() + self._tick_interval
@@ -165,8 +172,9 @@ class PipelineWorker:
         self._stopping = True
 
     async def revoked(self, tps: set[TopicPartition]) -> None:
-        async with self._lock:
+        async with self._lock:  # after the batch in hand; heartbeats go on meanwhile
             self.rebalances += 1
+            self._assigned = None  # an assignment not taken over yet is void
             self.slots.revoked(tps)
             if self._deaths in tps:
                 self._deaths_held = False
@@ -174,9 +182,17 @@ class PipelineWorker:
                 await self.transactions.close(ALERTER)
 
     async def assigned(self, tps: set[TopicPartition]) -> None:
+        """Only note ``tps``, paused: aiokafka sends no heartbeat until this returns, and a
+        restore can outlast the session timeout (the member was dropped and the group
+        rebalanced again, over and over, under load). The loop takes them over."""
+        self.consumer.pause(tps)
+        self._assigned = set(tps)
+
+    async def take_over(self) -> None:  # the slots and the alerter of the last assignment
         async with self._lock:
-            if self._stopping:
-                return  # leaving the group: the next owners take these over
+            tps, self._assigned = self._assigned, None
+            if tps is None or self._stopping:
+                return  # none, or leaving the group: the next owners take these over
             try:
                 await self.slots.assigned(tps)
                 if self._deaths in tps:
@@ -187,6 +203,7 @@ class PipelineWorker:
                     self.alerts.position = done[self._deaths][0] if done else None
             except Exception:
                 die("taking over the assigned partitions failed", log)
+            self.consumer.resume(tps)
             self._report_figures()
             held, alerter = sorted(self.slots.held), " and the alerter" * self._deaths_held
             log.info("assigned slots %s%s", held, alerter)
@@ -266,12 +283,8 @@ class PipelineWorker:
         finally:
             self.telemetry.stage("store", time.perf_counter() - started)
 
-    async def _commit(
-        self,
-        parts: dict[int, Output],
-        slots: set[int],
-        ends: dict[TopicPartition, int] | None = None,
-    ) -> None:
+    async def _commit(self, parts: dict[int, Output], slots: set[int],
+                      ends: dict[TopicPartition, int] | None = None) -> None:  # fmt: skip
         """Step 2 of the checkpoint for ``slots`` (those held) and the lanes' reports."""
         now = self.clock()
         reports = self.watch.reports(now, ends)
@@ -323,7 +336,7 @@ class PipelineWorker:
                 if tp.topic == self.topics.input:
                     self.telemetry.lag[p] = max(0, ends.get(tp, 0) - pos)
         self.gc.maybe_collect()  # a full pass between batches, not inside one
-        outs = self.intake.tick(now, self._tick_interval)
+        outs = self.intake.tick(now, self._tick_interval, held=self.slots.lanes())  # not parked
         out = Output()
         for lane, part in outs.items():
             out.extend(part)
@@ -340,16 +353,9 @@ class PipelineWorker:
                 log.exception("the ledger refused rows of the timer; they are retried next tick")
                 return
         self.intake.commit(outs)
-        await self._commit(
-            dict(outs),
-            moved
-            | {
-                slot_of(lane)
-                for lane, o in outs.items()
-                if o.state_writes or o.records or o.limit_deaths or o.ledger.usage
-            },
-            ends,
-        )
+        touched = {slot_of(lane) for lane, o in outs.items()
+                   if o.state_writes or o.records or o.limit_deaths or o.ledger.usage}  # fmt: skip
+        await self._commit(dict(outs), moved | touched, ends)
         await self._after(out)
 
     # -- the alerter --------------------------------------------------------------------
@@ -369,17 +375,15 @@ class PipelineWorker:
     # -- lifecycle ----------------------------------------------------------------------
     def _report_figures(self) -> None:
         self.telemetry.extra.update(
-            fenced_writes=self.checkpoint.fenced_writes,
-            state_restore_s=[round(s, 3) for s in self.slots.restores[-100:]],
-            slots_kept=self.slots.kept,
-            forwarded={str(p): n for p, n in sorted(self.slots.forwarded_from.items())},
-            rebalances=self.rebalances,
-            slots=sorted(self.slots.held),
-        )
+            self.slots.figures(), fenced_writes=self.checkpoint.fenced_writes,
+            rebalances=self.rebalances, batch_limit=self.pace.limit(),
+            loop_held_max_s=round(self.loop_watch.longest_s, 1),
+        )  # fmt: skip
 
     async def _shutdown(self, marks: asyncio.Future[None]) -> None:
         """Leave the group (the others take the slots over), close clients, write stats."""
         self._stopping = True
+        self.loop_watch.stop()
         try:
             async with asyncio.timeout(30.0):
                 await self.consumer.stop()

@@ -86,6 +86,10 @@ class GroupConsumer(Protocol):
 
     def seek(self, tp: TopicPartition, offset: int) -> None: ...
 
+    def pause(self, tps: Collection[TopicPartition]) -> None: ...
+
+    def resume(self, tps: Collection[TopicPartition]) -> None: ...
+
     def assignment(self) -> set[TopicPartition]: ...
 
     def highwater(self, tp: TopicPartition) -> int | None: ...
@@ -201,6 +205,15 @@ class KafkaGroupConsumer:
     def seek(self, tp: TopicPartition, offset: int) -> None:
         if self._consumer is not None:  # None: stopping, the next owner seeks for itself
             self._consumer.seek(tp, offset)
+
+    def pause(self, tps: Collection[TopicPartition]) -> None:
+        """No fetches of ``tps`` (those still assigned) until ``resume``."""
+        if self._consumer is not None:
+            self._consumer.pause(*(set(tps) & self._consumer.assignment()))
+
+    def resume(self, tps: Collection[TopicPartition]) -> None:
+        if self._consumer is not None:
+            self._consumer.resume(*(set(tps) & self._consumer.assignment()))
 
     def assignment(self) -> set[TopicPartition]:
         if self._consumer is None:

@@ -82,11 +82,18 @@ class _Consumer:
         self.epoch = 0
         self.sought: dict[TopicPartition, int] = {}
         self.ends: dict[TopicPartition, int] = {}
+        self.paused: set[TopicPartition] = set()
 
     async def start(self, topics: Collection[str], handler: Any) -> None: ...
 
     def seek(self, tp: TopicPartition, offset: int) -> None:
         self.sought[tp] = offset
+
+    def pause(self, tps: Collection[TopicPartition]) -> None:
+        self.paused |= set(tps)
+
+    def resume(self, tps: Collection[TopicPartition]) -> None:
+        self.paused -= set(tps)
 
     def assignment(self) -> set[TopicPartition]:
         return set()
@@ -155,6 +162,12 @@ def _slot(w: PipelineWorker, p: int) -> set[TopicPartition]:
     return set(w.slots.tps(p))
 
 
+async def _assign(w: PipelineWorker, tps: set[TopicPartition]) -> None:
+    """The group's assignment callback, then the loop's take-over of it."""
+    await w.assigned(tps)
+    await w.take_over()
+
+
 def _records(topic: str, runs: int = 30) -> list[InRecord]:
     fleet = simulate(FleetConfig(runs=runs, seed=5))
     return [InRecord(r.value, topic, 0, i, r.key, None) for i, r in enumerate(fleet.records)]
@@ -172,7 +185,7 @@ def _one_batch(tmp_path: Any) -> tuple[_Broker, PipelineWorker, list[InRecord], 
     tp = TopicPartition(w.topics.input, 0)
 
     async def go() -> None:
-        await w.assigned(_slot(w, 0))
+        await _assign(w, _slot(w, 0))
         await w._batch({tp: recs})
 
     asyncio.run(go())
@@ -215,7 +228,7 @@ def test_records_below_the_position_are_skipped_and_a_gap_is_read_back(tmp_path:
     w.watch.readers[tp.topic].read = read_back  # type: ignore[method-assign]
 
     async def go() -> None:
-        await w.assigned(_slot(w, 0))
+        await _assign(w, _slot(w, 0))
         await w._batch({tp: recs[:20]})
         await w._batch({tp: recs[10:15] + recs[30:40]})  # a re-delivery, then a jump
 
@@ -236,9 +249,9 @@ def test_a_fenced_slot_is_dropped_and_its_next_owner_restores_what_was_committed
     tp = TopicPartition(a.topics.input, 0)
 
     async def go() -> None:
-        await a.assigned(_slot(a, 0))
+        await _assign(a, _slot(a, 0))
         await a._batch({tp: recs[:40]})
-        await b.assigned(_slot(b, 0))  # a paused past its session: b took slot 0 over
+        await _assign(b, _slot(b, 0))  # a paused past its session: b took slot 0 over
         await a._batch({tp: recs[40:]})  # the zombie wakes up
 
     asyncio.run(go())
@@ -259,7 +272,7 @@ def test_a_slot_fenced_but_still_assigned_is_taken_back_after_the_wait(tmp_path:
     tp = TopicPartition(w.topics.input, 0)
 
     async def go() -> tuple[list[int], list[int]]:
-        await w.assigned(_slot(w, 0))
+        await _assign(w, _slot(w, 0))
         await w._batch({tp: recs[:20]})
         broker.owner["0"] = object()  # the coordinator bumped the epoch: fenced
         await w._batch({tp: recs[20:]})
@@ -284,16 +297,16 @@ def test_a_slot_kept_through_a_rebalance_is_read_back_only_if_someone_committed_
     tp = TopicPartition(a.topics.input, 0)
 
     async def go() -> list[str]:
-        await a.assigned(_slot(a, 0))
+        await _assign(a, _slot(a, 0))
         await a._batch({tp: recs[:20]})
         await a.revoked(_slot(a, 0))
-        await a.assigned(_slot(a, 0))  # the same slot back: kept, nothing read
+        await _assign(a, _slot(a, 0))  # the same slot back: kept, nothing read
         restores = [str(s) for k, s in broker.steps if k == "restore"]
         await a.revoked(_slot(a, 0))
-        await b.assigned(_slot(b, 0))
+        await _assign(b, _slot(b, 0))
         await b._batch({tp: recs[20:30]})
         await b.revoked(_slot(b, 0))
-        await a.assigned(_slot(a, 0))  # back to a, but b committed in between
+        await _assign(a, _slot(a, 0))  # back to a, but b committed in between
         return restores
 
     restores_before = asyncio.run(go())
@@ -303,6 +316,75 @@ def test_a_slot_kept_through_a_rebalance_is_read_back_only_if_someone_committed_
     assert len(restores) == 3  # a's first, b's, a's second (b committed for it)
     assert a.slots.held[0].positions[tp] == 30
     assert a.consumer.sought[tp] == 30  # type: ignore[attr-defined]
+
+
+def test_the_assignment_callback_only_pauses_and_the_loop_takes_the_slots_over(
+    tmp_path: Any,
+) -> None:
+    """aiokafka heartbeats only after the callback returns: a restore inside it outlasted
+    the session under load and the group rebalanced again and again."""
+    broker = _Broker()
+    w = _worker(tmp_path, broker)
+    tps = _slot(w, 0)
+
+    async def go() -> tuple[list[str], set[TopicPartition], dict[int, Any]]:
+        await w.assigned(tps)
+        in_callback = [k for k, _ in broker.steps]
+        paused = set(w.consumer.paused)  # type: ignore[attr-defined]
+        held = dict(w.slots.held)
+        await w.take_over()
+        return in_callback, paused, held
+
+    in_callback, paused, held = asyncio.run(go())
+    assert in_callback == [] and held == {}  # nothing read or opened in the callback
+    assert paused == tps
+    assert "restore" in [k for k, _ in broker.steps] and set(w.slots.held) == {0}
+    assert w.consumer.paused == set()  # type: ignore[attr-defined]
+
+
+def test_an_assignment_revoked_before_its_take_over_is_void(tmp_path: Any) -> None:
+    broker = _Broker()
+    w = _worker(tmp_path, broker)
+
+    async def go() -> None:
+        await w.assigned(_slot(w, 0))
+        await w.revoked(_slot(w, 0))  # the group moved on before the loop came round
+        await w.take_over()
+
+    asyncio.run(go())
+    assert w.slots.held == {} and [k for k, _ in broker.steps] == []
+
+
+def test_a_tick_while_a_slot_is_parked_leaves_its_lanes_alone(tmp_path: Any) -> None:
+    """Between a revocation and the next assignment the timer still ticks. It ticked the
+    parked slot's lanes too: runs closed in memory, their rows stored, but the slot's
+    transaction was skipped (not held); the slot, kept at the assignment, never produced
+    those deaths again (24 limit deaths missing in a chaos soak, and wrong alerts)."""
+    broker = _Broker()
+    w = _worker(tmp_path, broker)
+    tp = TopicPartition(w.topics.input, 0)
+
+    async def go() -> tuple[list[str], dict[int, float | None]]:
+        await _assign(w, _slot(w, 0))
+        await w._batch({tp: _records(w.topics.input)})
+        await w.revoked(_slot(w, 0))
+        lanes = sorted(w.slots._parked[0].lanes)
+        before = {lane: w.intake.ticked_at.get(lane) for lane in lanes}
+        steps = len(broker.steps)
+        w.clock = lambda: 1_800_000_100.0  # processing time moves on: grace is due
+        await w._tick()
+        parked = {lane: w.intake.ticked_at.get(lane) for lane in lanes}
+        new_steps = [kind for kind, _ in broker.steps[steps:]]
+        await _assign(w, _slot(w, 0))  # kept: the same slot back, nobody committed since
+        await w._tick()
+        after = {lane: w.intake.ticked_at.get(lane) for lane in lanes}
+        assert parked == before, (parked, before)
+        return new_steps, after
+
+    while_parked, after = asyncio.run(go())
+    assert while_parked == []  # no rows stored, no transaction
+    assert all(after[lane] == 1_800_000_100.0 for lane in after)  # ticked once held again
+    assert w.slots.kept == 1
 
 
 def test_an_event_that_would_outgrow_a_changelog_record_is_dead_lettered(tmp_path: Any) -> None:
@@ -321,7 +403,7 @@ def test_an_event_that_would_outgrow_a_changelog_record_is_dead_lettered(tmp_pat
     tp = TopicPartition(w.topics.input, 0)
 
     async def go() -> None:
-        await w.assigned(_slot(w, 0))
+        await _assign(w, _slot(w, 0))
         await w._batch({tp: recs})
 
     asyncio.run(go())
@@ -345,7 +427,7 @@ def test_records_off_home_are_forwarded_in_their_source_offsets_transaction(
     tp = TopicPartition(w.topics.input, 0)
 
     async def go() -> None:
-        await w.assigned(_slot(w, 0))
+        await _assign(w, _slot(w, 0))
         await w._batch({tp: recs})
 
     asyncio.run(go())

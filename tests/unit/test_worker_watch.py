@@ -16,7 +16,7 @@ from aiokafka import TopicPartition
 
 from prism.pipeline.core import InRecord
 from prism.pipeline.settings import Settings
-from tests.unit.test_worker_app import _Broker, _slot, _worker
+from tests.unit.test_worker_app import _assign, _Broker, _slot, _worker
 
 
 def test_a_position_left_past_the_workers_is_read_back_after_the_wait(tmp_path: Any) -> None:
@@ -45,7 +45,7 @@ def test_a_position_left_past_the_workers_is_read_back_after_the_wait(tmp_path: 
         rb.read = reader(topic)  # type: ignore[method-assign]
 
     async def go() -> tuple[dict[Any, Any], dict[Any, Any]]:
-        await w.assigned(_slot(w, 0))
+        await _assign(w, _slot(w, 0))
         first = await w.watch.undelivered()  # seen now; not yet for long enough
         time.sleep(0.25)
         return first, await w.watch.undelivered()
@@ -63,7 +63,7 @@ def test_nothing_is_read_back_when_the_wait_is_zero(tmp_path: Any) -> None:
     assert w.settings.undelivered_read_back_seconds == 0
 
     async def go() -> dict[Any, Any]:
-        await w.assigned(_slot(w, 0))
+        await _assign(w, _slot(w, 0))
         return await w.watch.undelivered()
 
     assert asyncio.run(go()) == {}

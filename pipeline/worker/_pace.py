@@ -1,0 +1,52 @@
+"""How many records the worker's next fetch may take: a batch bounded in time, not only
+in records.
+
+A rebalance waits for the batch in hand: the group's callbacks take the batch lock, so a
+member rejoins only once its batch is committed, and every other member waits for it. A
+batch of ``batch_max_events`` records takes well under a second on a worker that keeps
+up, but a minute on one that a loaded machine slows to a few hundred events/s: one member
+then holds the whole group in ``PreparingRebalance`` for that long (a 5,000 events/s soak
+on two cores saw 30 s). ``BatchPace`` keeps a moving estimate of the seconds a record
+costs (step, ledger insert and transaction together) and lets the next fetch take as many
+records as fit in ``target_s``, between ``least`` and ``most``. Under load the batches
+shrink to what the machine can do in ``target_s``; when the worker is fast they grow back
+to ``most``, where the per-batch costs (one insert, one transaction per slot) are spread
+thinnest.
+"""
+
+from __future__ import annotations
+
+__all__ = ["BatchPace"]
+
+
+class BatchPace:
+    """``limit()`` for the next fetch; ``took(records, seconds)`` after each batch."""
+
+    def __init__(self, most: int, target_s: float, *, least: int = 500, weight: float = 0.3):
+        if most < 1:
+            raise ValueError(f"most must be at least 1, not {most}")
+        if target_s <= 0:
+            raise ValueError(f"target_s must be positive, not {target_s}")
+        if not 0 < weight <= 1:
+            raise ValueError(f"weight must be in (0, 1], not {weight}")
+        self.most, self.target_s = most, target_s
+        self.least = min(least, most)
+        self.weight = weight
+        self.per_record_s: float | None = None  # the moving estimate; None: none measured
+
+    def limit(self) -> int:
+        """The records the next fetch may take."""
+        if self.per_record_s is None or self.per_record_s <= 0:
+            return self.most
+        fit = int(self.target_s / self.per_record_s)
+        return max(self.least, min(self.most, fit))
+
+    def took(self, records: int, seconds: float) -> None:
+        """A batch of ``records`` took ``seconds`` from fetch to commit."""
+        if records <= 0 or seconds < 0:
+            return
+        sample = seconds / records
+        if self.per_record_s is None:
+            self.per_record_s = sample
+        else:
+            self.per_record_s += self.weight * (sample - self.per_record_s)
