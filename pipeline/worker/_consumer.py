@@ -8,10 +8,11 @@ consumer with public calls only:
 
 - ``isolation_level="read_committed"``: records of an aborted or open transaction (a
   zombie's forwarded copies, a crashed batch's outputs) are never delivered;
-- the range assignor: partition ``p`` of every subscribed topic with the same partition
-  count goes to one member, so a slot (``p`` of the input, channel-operation and
-  repartition topics) is never split between processes; the worker checks that on every
-  assignment (``check_copartitioned``);
+- ``SlotAssignor`` (``_assignor``): partition ``p`` of every subscribed topic with the
+  same partition count goes to one member, so a slot (``p`` of the input, channel-operation
+  and repartition topics) is never split between processes, and a slot stays with its
+  owner when others join or leave; the worker checks co-partitioning on every assignment
+  (``check_copartitioned``). ``range`` is offered after it, for groups mid-upgrade;
 - auto-commit off, and an explicit session timeout (``Settings.consumer_session_timeout_s``):
   a paused process loses its partitions after it, and its writes are fenced;
 - ``epoch`` counts the group's callbacks (revocations and assignments), for logs and tests.
@@ -125,8 +126,9 @@ def check_copartitioned(
         if missing:
             raise CoPartitioningError(
                 f"partition {p} of {sorted(t.topic for t in tps)} was assigned without "
-                f"partition {p} of {sorted(missing)}: the group's assignor must be the range "
-                "assignor and the topics must have the same partition count"
+                f"partition {p} of {sorted(missing)}: the group's assignor must keep partitions of "
+                "one number together (prism-slots or range) and the topics must have the same "
+                "partition count"
             )
     return slots
 
@@ -170,13 +172,15 @@ class KafkaGroupConsumer:
         from aiokafka import AIOKafkaConsumer
         from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 
+        from ._assignor import SlotAssignor
+
         session_ms = int(self.session_timeout_s * 1000)
         consumer = AIOKafkaConsumer(
             group_id=self.group,
             enable_auto_commit=False,
             auto_offset_reset="earliest",
             isolation_level="read_committed",
-            partition_assignment_strategy=(RangePartitionAssignor,),
+            partition_assignment_strategy=(SlotAssignor(), RangePartitionAssignor),
             session_timeout_ms=session_ms,
             heartbeat_interval_ms=max(100, session_ms // 3),
             rebalance_timeout_ms=max(60_000, session_ms),
