@@ -3,7 +3,7 @@
 Wiring only; each part is a module of its own:
 
 - ``_consumer``: the one boundary to the consumer group (``GroupConsumer``: fetch, seek,
-  end offsets, assignment callbacks), on aiokafka with the range assignor, read committed;
+  end offsets, assignment callbacks), on aiokafka with the slot assignor, read committed;
 - ``_slots``: the slots this process holds (partition ``p`` of the input, channel and
   repartition topics), their restore on assignment and their share of each commit;
 - ``_checkpoint``: the commit sequence (ledger, then one Kafka transaction per slot with
