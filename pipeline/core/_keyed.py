@@ -68,6 +68,9 @@ class KeyedProcessor(Generic[S]):
         self.partition = partition
         self.clock = clock or EventClock(self.config.max_clock_skew_s)
         self.items: dict[str, S] = {}
+        # items restored but not decoded yet (``_load_item``): ``_get`` decodes one when
+        # first asked for; every key is in ``items`` or here, never both
+        self._cold: dict[str, bytes] = {}
         self.offsets: dict[str, int] = {}  # source -> next offset to process (set by the shell)
         # the clock key the events processed move: the partition, or its forwarded copies'
         self.mark_key = partition
@@ -108,6 +111,10 @@ class KeyedProcessor(Generic[S]):
     def _decode(self, raw: bytes) -> S:
         raise NotImplementedError
 
+    def _load_item(self, key: str, raw: bytes) -> None:
+        """Restore one stored item (``load``); a subclass may leave it in ``_cold``."""
+        self._index(self._decode(raw))
+
     def _index(self, item: S) -> None:
         """Put a (restored or reverted) state in ``items`` and the subclass's indexes."""
         raise NotImplementedError
@@ -144,7 +151,7 @@ class KeyedProcessor(Generic[S]):
             if parsed is None or parsed.lane != self.partition:
                 continue
             if parsed.kind == self.ITEM_PREFIX and parsed.name is not None:
-                self._index(self._decode(value))
+                self._load_item(parsed.name, value)
             elif parsed.kind == self.META_PREFIX and parsed.name is None:
                 meta = check_format(orjson.loads(value), key)
                 mark = max(self.clock.mark(self.partition), meta["wm"])
@@ -208,18 +215,39 @@ class KeyedProcessor(Generic[S]):
         key = forwarded_lane(self.partition)
         return self.clock.mark(key) if self.clock.has_mark(key) else None
 
+    def _get(self, key: str) -> S | None:
+        """The item of ``key`` (None: none), decoded now if it was restored cold."""
+        item = self.items.get(key)
+        if item is None:
+            raw = self._cold.pop(key, None)
+            if raw is not None:
+                item = self.items[key] = self._decode(raw)
+        return item
+
+    @property
+    def size(self) -> int:
+        """How many items the partition holds, decoded or not."""
+        return len(self.items) + len(self._cold)
+
+    def thawed(self) -> dict[str, S]:
+        """Every item, decoded (tests and tools; the step decodes only what it touches)."""
+        for key in list(self._cold):
+            self._get(key)
+        return self.items
+
     def _save(self, key: str) -> None:
         """Called before a key changes: inside a transaction, keep a copy of it as it was."""
         if self._tx:
             saved = self._tx[-1].items
             if key not in saved:
-                item = self.items.get(key)
+                item = self._get(key)
                 saved[key] = None if item is None else self._copy(item)
 
     def _drop(self, key: str) -> None:
         """Forget a key for good (retention): its state key is deleted at ``_finish``."""
         self._save(key)
-        del self.items[key]
+        self._cold.pop(key, None)
+        self.items.pop(key, None)
         self._unindex(key)
         self._dirty.discard(key)
         self._dropped.add(key)

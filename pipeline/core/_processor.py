@@ -40,6 +40,11 @@ _US = 1_000_000
 _DEATH = "limit_death"  # RunState.alerts key of the death last sent: tenant, axis, ts
 
 
+def _live(terminal: bool, closed: bool, incomplete: bool) -> bool:
+    """Whether a run is waiting to close or still open: the ticks read such runs."""
+    return (terminal and not closed) or (not terminal and not incomplete)
+
+
 def _classified(run: RunState) -> Classified:
     """``classify(run.facts)``, computed once per set of facts (a run is judged again at its
     close, shrink and stale mark, usually with the facts it was settled with)."""
@@ -88,20 +93,49 @@ class Processor(KeyedProcessor[RunState]):
         self._pending_close.discard(key)
         self._open.discard(key)
 
+    def _load_item(self, key: str, raw: bytes) -> None:
+        """A run still open or waiting to close is decoded now (the next ticks read it); a
+        closed or incomplete one stays in its stored bytes until an event or its shrink or
+        retirement asks for it: most of a lane's runs, and nearly all of its restore time."""
+        head = RunState.head(raw)
+        if "f" in head or _live(head["t"] is not None, head["c"], head["inc"]):
+            self._index(self._decode(raw))  # (a row of the format before: read whole)
+            return
+        self._cold[key] = raw
+        self._index_parts(
+            key, head["t"] is not None, head["c"], head["inc"], head["cw"], head["tb"] is not None,
+            head["lu"],
+        )  # fmt: skip
+
     def _index(self, run: RunState) -> None:
         self.runs[run.run_id] = run
-        self._pending_close.discard(run.run_id)
-        self._open.discard(run.run_id)
-        if run.terminal is not None and not run.closed:
-            self._pending_close.add(run.run_id)
-        elif run.terminal is None and not run.incomplete:
-            self._open.add(run.run_id)
-        if run.closed and run.closed_wm_us is not None:
-            self._retire.append((run.closed_wm_us, run.run_id))
-            if run.tombstone is None:
-                self._shrink.append((run.closed_wm_us + self._grace_us, run.run_id))
-        elif run.incomplete and run.last_us is not None:
-            self._retire.append((run.last_us, run.run_id))
+        self._index_parts(
+            run.run_id, run.terminal is not None, run.closed, run.incomplete, run.closed_wm_us,
+            run.tombstone is not None, run.last_us,
+        )  # fmt: skip
+
+    def _index_parts(
+        self,
+        run_id: str,
+        terminal: bool,
+        closed: bool,
+        incomplete: bool,
+        closed_wm_us: int | None,
+        tombstone: bool,
+        last_us: int | None,
+    ) -> None:
+        self._pending_close.discard(run_id)
+        self._open.discard(run_id)
+        if terminal and not closed:
+            self._pending_close.add(run_id)
+        elif not terminal and not incomplete:
+            self._open.add(run_id)
+        if closed and closed_wm_us is not None:
+            self._retire.append((closed_wm_us, run_id))
+            if not tombstone:
+                self._shrink.append((closed_wm_us + self._grace_us, run_id))
+        elif incomplete and last_us is not None:
+            self._retire.append((last_us, run_id))
 
     # -- the batch ----------------------------------------------------------------------
     def process(self, deliveries: Iterable[Delivery], now: float) -> Output:
@@ -132,7 +166,7 @@ class Processor(KeyedProcessor[RunState]):
         ts_us = ev.ts_us if fast else to_us(ev.ts)
         skewed = self.clock.observe(self.mark_key, ts_us, now)
         self._save(ev.run_id)
-        run = self.runs.get(ev.run_id)
+        run = self._get(ev.run_id)
         if run is None:
             run = RunState(ev.run_id)
             self.runs[ev.run_id] = run
@@ -393,7 +427,7 @@ class Processor(KeyedProcessor[RunState]):
             expire = wm - int(cfg.tombstone_retention_s * _US)
             while self._retire and self._retire[0][0] < expire:
                 _, run_id = self._retire.popleft()
-                gone = self.runs.get(run_id)
+                gone = self._get(run_id)
                 if gone is not None and self._retired(gone, expire):
                     self._drop(run_id)
         elif self._scan_due:
@@ -401,8 +435,8 @@ class Processor(KeyedProcessor[RunState]):
             # though it has not moved: staleness must not depend on when a run arrived
             due, self._scan_due = sorted(set(self._scan_due)), []
             for run_id in due:
-                fresh = self.runs.get(run_id)
-                if run_id in self._open and fresh is not None and (fresh.last_us or 0) < cutoff:
+                fresh = self._get(run_id) if run_id in self._open else None
+                if fresh is not None and (fresh.last_us or 0) < cutoff:
                     self._mark_incomplete(fresh, out)
 
     def _maybe_shrink(self, run_id: str) -> None:
@@ -414,7 +448,7 @@ class Processor(KeyedProcessor[RunState]):
         the first event that names one, even past the terminal, makes that tenant the
         owner of all its rows (rule 11, ``classify``), which a tombstone cannot re-state.
         """
-        run = self.runs.get(run_id)
+        run = self._get(run_id)
         if run is None or not run.closed or run.tombstone is not None:
             return
         cls = _classified(run)

@@ -63,6 +63,7 @@ ENVELOPE_FIELDS = (
 )
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_BODY = b',"b":'  # where a stored run's head ends and its body begins (``RunState.head``)
 
 
 def to_us(ts: datetime) -> int:
@@ -216,13 +217,12 @@ class RunState:
 
     # -- persistence ----------------------------------------------------------------------
     def to_bytes(self) -> bytes:
+        """The stored row: one JSON object whose last key, ``b``, holds the facts, the
+        emitted rows and the turns (the bulk of it), so ``head`` can read the rest alone."""
         return orjson.dumps(
             {
                 "v": STATE_FORMAT,
                 "r": self.run_id,
-                "f": self.facts,
-                "em": self.emitted,
-                "tu": self.turns,
                 "t": self.terminal,
                 "inc": self.incomplete,
                 "c": self.closed,
@@ -232,18 +232,33 @@ class RunState:
                 "lu": self.last_us,
                 "a": self.alerts,
                 "tb": None if self.tombstone is None else self.tombstone.to_json(),
+                "b": [self.facts, self.emitted, self.turns],
             }
         )
+
+    @staticmethod
+    def head(raw: bytes) -> dict[str, Any]:
+        """A stored row's fields without its body (``b``): what restoring a lane indexes a
+        run by, read in microseconds where the whole row takes a millisecond (its facts).
+
+        ``b`` is the row's last key and every key before it is one of ours, so the first
+        ``,"b":`` ends the head (a string's quote is escaped, so none can contain it). A
+        row of the format before (facts under ``f``) is read whole.
+        """
+        end = raw.find(_BODY)
+        d = orjson.loads(raw if end < 0 else raw[:end] + b"}")
+        return check_format(d, f"run {d.get('r')}")
 
     @classmethod
     def from_bytes(cls, raw: bytes) -> RunState:
         d = orjson.loads(raw)
         check_format(d, f"run {d.get('r')}")
+        facts, emitted, turns = d["b"] if "b" in d else (d["f"], d["em"], d["tu"])
         return cls(
             run_id=d["r"],
-            facts=d["f"],
-            emitted=d["em"],
-            turns=d["tu"],
+            facts=facts,
+            emitted=emitted,
+            turns=turns,
             terminal=d["t"],
             incomplete=d["inc"],
             closed=d["c"],

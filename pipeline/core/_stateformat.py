@@ -13,6 +13,10 @@ writes carries ``"v": STATE_FORMAT``; a row without it is of the format before (
 it always was), and a row of a newer format than this code knows is refused with the key
 and both versions named (``StateFormatError``): a worker of an older release must not
 read state a newer one wrote and write it back without the fields it does not know.
+
+Formats: 0, rows without ``v``; 1, ``v`` added; 2, a run's facts, emitted rows and turns
+moved under one last key ``b`` (``RunState.head`` reads a run without them, so a lane's
+restore decodes only the runs still open or closing, see ``Processor._load_item``).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from typing import Any
 
 __all__ = ["STATE_FORMAT", "StateFormatError", "StateKey", "check_format"]
 
-STATE_FORMAT = 1  # the format of the rows this code writes
+STATE_FORMAT = 2  # the format of the rows this code writes
 _SEP = "\x1f"
 
 

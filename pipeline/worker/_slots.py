@@ -199,7 +199,7 @@ class Slots:
             metas = {committed[tp][1] for tp in self.tps(p) if tp in committed}
             slot.token = metas.pop() if len(metas) == 1 else ""
             self.held[p] = slot
-            runs = sum(len(proc.items) for lane in slot.lanes for proc in self.intake.lane(lane))
+            runs = sum(proc.size for lane in slot.lanes for proc in self.intake.lane(lane))
             log.info(
                 "slot %d: restored %d runs or channel operations (%d state records of "
                 "%d slots read in %.1fs, loaded in %.1fs)",
