@@ -133,10 +133,20 @@ class EventClock:
         self._remote_held: int | None = None
 
     @property
+    def top_us(self) -> int:
+        """The highest mark of any lane: the watermark once nothing holds it back."""
+        return max(max(self._marks.values(), default=0), self._remote_top)
+
+    def figures(self) -> dict[str, int]:
+        """The watermark and the top mark, for observers (a worker's stats file): equal
+        once nothing holds the watermark back."""
+        return {"watermark_us": self.watermark_us, "top_us": self.top_us}
+
+    @property
     def watermark_us(self) -> int:
         if not self._marks and not self._remote:
             return 0
-        top = max(max(self._marks.values(), default=0), self._remote_top)
+        top = self.top_us
         # a lane with records waiting and no mark yet (its first copies on their way)
         # holds at 0, as a remote lane reading without a mark does: nothing is decided
         # past records whose time nobody has seen

@@ -72,6 +72,14 @@ class AlertDesk:
             out.alerts.extend(alert_record(r) for r in rows)
         return out
 
+    def figures(self, held: bool) -> dict[str, object]:
+        """The alerter's clock for the worker's stats file (None: not ``held`` here)."""
+        a = self.alerter if held else None
+        return {
+            "alerts_watermark_us": None if a is None else a.watermark_us,
+            "alerts_decided_us": None if a is None else a.decided_us,
+        }
+
     def commit_of(self, out: Output, alerts_topic: str, next_offset: int) -> SlotCommit:
         """The ``alerter`` slot's transaction for a stepped batch: its alert records, the
         alerter's state, the budget desk's records and the partition's next offset."""

@@ -16,11 +16,10 @@ Wiring only; each part is a module of its own:
 - ``_pace``: how many records a fetch may take (a rebalance waits for the batch in hand).
 
 One task runs the loop: take over an assignment (``take_over``), fetch, then under the
-lock a batch (``_batch``) and the timer's tick when due (``_tick``). ``revoked`` takes the
-lock, so a batch is committed, or not at all, before its partitions move; ``assigned``
-only notes and pauses them. Every held partition has a known position (the next offset
-to step): records below it are re-deliveries and skipped, a fetch that begins past it is
-completed by reading the offsets in between back (``_watch``).
+lock a batch (``_batch``) and the due tick (``_tick``), each stepped in a thread. ``revoked``
+takes the lock: a batch is committed or not at all before its partitions move. A held
+partition's position is the next offset to step: records below it are re-deliveries, a
+fetch that begins past it is completed by reading the offsets between back (``_watch``).
 """
 
 from __future__ import annotations
@@ -89,8 +88,7 @@ class PipelineWorker:
         self.notifiers = Notifiers(alert_sinks)
         self.topics = t = settings.topics
         self.drop_fetched = drop_fetched
-        kw = settings.aiokafka_kwargs()
-        group = settings.consumer_group
+        kw, group = settings.aiokafka_kwargs(), settings.consumer_group
         self.intake = Intake(
             settings.core_config(),
             max_event_bytes=settings.max_event_bytes,
@@ -331,12 +329,13 @@ class PipelineWorker:
             lane = self.slots.lane_of(tp)
             pos = self.slots.held[p].positions.get(tp, 0)
             if lane is not None:
-                waiting = ends.get(tp, 0) > pos
-                self.intake.behind(lane, waiting, forwarded=self.slots.forwarded(tp))
+                self.intake.behind(lane, ends.get(tp, 0) > pos, forwarded=self.slots.forwarded(tp))
                 if tp.topic == self.topics.input:
                     self.telemetry.lag[p] = max(0, ends.get(tp, 0) - pos)
         self.gc.maybe_collect()  # a full pass between batches, not inside one
-        outs = self.intake.tick(now, self._tick_interval, held=self.slots.lanes())  # not parked
+        outs = await asyncio.to_thread(  # seconds of shrinks after a jump: off the loop
+            self.intake.tick, now, self._tick_interval, held=self.slots.lanes()  # not parked
+        )  # fmt: skip
         out = Output()
         for lane, part in outs.items():
             out.extend(part)
@@ -377,7 +376,8 @@ class PipelineWorker:
         self.telemetry.extra.update(
             self.slots.figures(), fenced_writes=self.checkpoint.fenced_writes,
             rebalances=self.rebalances, batch_limit=self.pace.limit(),
-            loop_held_max_s=round(self.loop_watch.longest_s, 1),
+            loop_held_max_s=round(self.loop_watch.longest_s, 1), **self.gc.figures(),
+            **self.alerts.figures(self._deaths_held), **self.intake.clock.figures(),
         )  # fmt: skip
 
     async def _shutdown(self, marks: asyncio.Future[None]) -> None:

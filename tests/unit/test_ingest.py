@@ -106,7 +106,7 @@ def test_the_workers_collector_policy_keeps_collection_out_of_batches_and_change
         enabled_in_store.append(gc.isenabled())
         kept.add(out)
 
-    policy = GcPolicy(full_every=0.0)  # a full pass after every batch
+    policy = GcPolicy(full_every=0.0, duty=None)  # a full pass after every batch
     assert gc.isenabled()
     try:
         summary = ingest_lines(_lines(fleet), source="file:f", store=store, config=CFG,

@@ -53,3 +53,20 @@ def test_the_full_pass_runs_on_its_cadence_and_frees_frozen_cycles() -> None:
         assert gc.get_freeze_count() > 0  # and what survives is frozen again
     finally:
         gc.unfreeze()
+
+
+def test_a_long_full_pass_puts_the_next_one_off_to_keep_its_share_of_the_time() -> None:
+    now = [0.0]
+    policy = GcPolicy(full_every=60.0, duty=0.01, clock=lambda: now[0])
+    assert policy.interval == 60.0
+    policy.last_pause = 5.0  # as a pass over a few GB of objects takes
+    assert policy.interval == 500.0
+    now[0] = 499.0
+    assert not policy.maybe_collect()
+    now[0] = 501.0
+    try:
+        assert policy.maybe_collect()
+    finally:
+        gc.unfreeze()
+    assert policy.figures()["gc_full_passes"] == 1
+    assert policy.interval == max(60.0, policy.last_pause / 0.01)
