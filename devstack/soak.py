@@ -385,6 +385,62 @@ def _drain(watch: GroupWatch, pool: WorkerPool, timeout: float, settle: float = 
     raise TimeoutError(f"the group did not drain within {timeout:.0f}s (behind: {missing[:8]})")
 
 
+def _clocks(pool: WorkerPool, after: float) -> tuple[object, ...] | None:
+    """The live workers' clocks as their stats files last said, if every one of them wrote
+    after ``after`` (wall time) with nothing holding its watermark back and the alerter's
+    holder decided up to its watermark; else None."""
+    marks, alerter = [], None
+    for s in pool.live():
+        try:
+            st = json.loads((s.root / "state" / "worker-stats.json").read_text())
+        except (OSError, ValueError):
+            return None
+        if st.get("updated_at", 0) < after or st.get("watermark_us") != st.get("top_us"):
+            return None
+        marks.append(st["watermark_us"])
+        if st.get("alerts_watermark_us") is not None:
+            if st.get("alerts_decided_us") != st["alerts_watermark_us"]:
+                return None
+            alerter = (s.name, st["alerts_watermark_us"])
+    if not marks or alerter is None or len(set(marks)) != 1:
+        return None
+    return (marks[0], alerter)
+
+
+def _quiesce(watch: GroupWatch, pool: WorkerPool, timeout: float, settle: float = 5.0) -> float:
+    """Wait until the group decided everything up to its final watermark; seconds taken.
+
+    Committing every record is not enough: when the last busy lane goes idle the pipeline's
+    watermark jumps to the newest event time, and each worker's next ticks mark runs stale,
+    decide channel operations and send the deaths the alerter decides on. So: every live
+    worker reports one watermark with nothing holding it back, the alerter's holder has
+    decided up to its own, both unchanged for ``settle`` seconds; then the group's own
+    topics are committed up to their ends of that moment (the last ticks' deaths read).
+    """
+    started, wall = time.monotonic(), time.time()
+    seen: tuple[object, ...] | None = None
+    since: float | None = None
+    while time.monotonic() - started < timeout:
+        pool.revive()
+        now = _clocks(pool, wall)
+        if now is not None and now == seen:
+            since = since or time.monotonic()
+            if time.monotonic() - since >= settle:
+                break
+        else:
+            seen, since = now, None
+        time.sleep(0.5)
+    else:
+        raise TimeoutError(f"the workers did not settle on one watermark within {timeout:.0f}s")
+    watch.reach({k: e for k, (c, e) in dict(watch.positions).items() if k[0] not in watch.plain})
+    while watch.targets and set(watch.targets) - watch.reached:
+        if time.monotonic() - started >= timeout:
+            missing = sorted(set(watch.targets) - watch.reached)
+            raise TimeoutError(f"the group did not read its last outputs (behind: {missing[:8]})")
+        time.sleep(0.5)
+    return time.monotonic() - started
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """The soak; returns the verdict (``ok`` and every figure)."""
     root = args.state_dir.resolve()
@@ -450,6 +506,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             raise RuntimeError("the chaos driver did not undo its last fault within 240s")
         backlog = _positions(watch.positions, t.input)[0]
         drained = _drain(watch, pool, args.drain_timeout or max(300.0, backlog / DRAIN_RATE))
+        settled_s = _quiesce(watch, pool, timeout=300.0)
+        _log(f"the workers settled on one watermark {settled_s:.0f}s after the drain")
         # the published topics at their ends; the workers' own up to where they were then
         settled = {k: v for k, v in watch.positions.items() if k[0] in plain}
         settled.update({k: (v, v) for k, v in watch.targets.items()})
