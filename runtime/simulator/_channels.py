@@ -121,11 +121,20 @@ def channel_records(
     if burst:
         connection, tenant = rng.choice(CONNECTIONS)
         at = start + rng.randint(30 * _MINUTE, max(30 * _MINUTE, end - start - 30 * _MINUTE))
+        denials = []
         for _ in range(burst):
             op = _Op(rng, connection, tenant, "message", None)
             at += rng.randint(200, 4_000)
             op.emit(at, "denied", "capacity_burst", reason="capacity")
-            ops.append(op)
+            denials.append(op)
+        # A large fleet's burst (n // 25 denials, ~2 s apart) outlasts the room left for
+        # it: moved back whole, it still ends by the agents' watermark, as all channel
+        # traffic does (a later one would move a live pipeline's watermark past the truth's).
+        overflow = at - end
+        for op in denials if overflow > 0 else ():
+            ms, record, note = op.records[0]
+            op.records[0] = (ms - overflow, {**record, "ts": format_ts(ms - overflow)}, note)
+        ops += denials
     finished = [op for op in ops if op.records and op.records[-1][1]["state"] in _ILLEGAL]
     illegal = [op for op in finished if rng.random() < 0.03]
     if finished and not illegal:

@@ -221,3 +221,24 @@ def test_channel_records_are_deterministic_and_written_to_jsonl(fleet: Fleet, tm
     assert write_jsonl(fleet, path) == len(fleet.records)
     schemas = Counter(orjson.loads(line)["schema"] for line in path.read_bytes().splitlines())
     assert schemas["prism.channel-operation/v1"] == len(fleet.channel_events)
+
+
+def test_a_large_fleets_capacity_burst_still_ends_by_the_agents_watermark() -> None:
+    """n // 25 denials about 2 s apart: 2,000 of them (70 minutes) outlast the room left
+    for the burst. A denial stamped after the agents' watermark moved a live pipeline's watermark
+    (its clock is the wall's) past the manifest's, whose clock is the fleet's: the open
+    items' ages differed by 793 s in a 10-minute soak."""
+    from prism.runtime.simulator._channels import channel_records
+
+    start, end = 0, 85 * 60 * 1000  # the burst begins 30-55 minutes in
+    runs = {"acme": [("run-1", "agent-1")]}
+    ops = channel_records(random.Random(3), 50_000, runs, start, end, 300_000)
+    burst = [r for op in ops for r in op if r.note == "capacity_burst"]
+    assert len(burst) == 50_000 // 25
+    times = [int(datetime.fromisoformat(orjson.loads(r.value)["ts"]).timestamp() * 1000)
+             for op in ops for r in op]  # fmt: skip
+    assert max(times) <= end
+    burst_times = sorted(
+        int(datetime.fromisoformat(orjson.loads(r.value)["ts"]).timestamp() * 1000) for r in burst
+    )
+    assert burst_times[-1] - burst_times[0] > 55 * 60 * 1000  # longer than the room left
