@@ -12,6 +12,11 @@ records as fit in ``target_s``, between ``least`` and ``most``. Under load the b
 shrink to what the machine can do in ``target_s``; when the worker is fast they grow back
 to ``most``, where the per-batch costs (one insert, one transaction per slot) are spread
 thinnest.
+
+Until a batch was measured the pace takes ``least``: a process's first batch is its
+slowest (a cold process after a restart, a slot just restored, the ledger's first
+inserts), and at ``most`` it held a just-restored slot without progress for about 20 s in a
+10-minute soak at 5,000 events/s. The estimate grows from there within a few batches.
 """
 
 from __future__ import annotations
@@ -36,7 +41,9 @@ class BatchPace:
 
     def limit(self) -> int:
         """The records the next fetch may take."""
-        if self.per_record_s is None or self.per_record_s <= 0:
+        if self.per_record_s is None:
+            return self.least  # nothing measured yet: start small
+        if self.per_record_s <= 0:
             return self.most
         fit = int(self.target_s / self.per_record_s)
         return max(self.least, min(self.most, fit))

@@ -12,8 +12,15 @@ from prism.pipeline.worker._loopwatch import LoopWatch
 from prism.pipeline.worker._pace import BatchPace
 
 
-def test_pace_takes_the_most_until_a_batch_was_measured() -> None:
-    assert BatchPace(20_000, target_s=2.5).limit() == 20_000
+def test_pace_starts_small_and_grows_to_what_fits_the_target() -> None:
+    pace = BatchPace(20_000, target_s=2.5)
+    assert pace.limit() == 500  # a process's first batch is its slowest
+    limits = []
+    for _ in range(30):  # 1 s per batch for the insert and the transactions, 0.1 ms a record
+        limits.append(pace.limit())
+        pace.took(limits[-1], 1.0 + limits[-1] * 0.0001)
+    assert limits == sorted(limits)
+    assert 1.0 + limits[-1] * 0.0001 == pytest.approx(2.5, rel=0.05)  # a batch fills its target
 
 
 def test_pace_shrinks_batches_to_what_fits_the_target_on_a_slow_worker() -> None:
