@@ -44,7 +44,7 @@ from typing import Any
 from prism.pipeline.settings import Settings, load_settings
 from prism.pipeline.topics import ensure_topics, worker_env
 
-from ._chaos import ACTIONS, Chaos, GroupWatch, Slot, WorkerPool
+from ._chaos import ACTIONS, TP, Chaos, GroupWatch, Slot, WorkerPool
 from ._cluster import LocalKafkaCluster
 from ._truth import compare, render
 
@@ -285,14 +285,20 @@ def event_accounting(client: Any, applied: Path) -> dict[str, Any]:
     }
 
 
+def _stats(slot: Slot) -> dict[str, Any] | None:
+    """A worker's ``worker-stats.json`` as it last wrote it (None: none, or half written)."""
+    try:
+        stats: dict[str, Any] = json.loads((slot.root / "state" / "worker-stats.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return stats
+
+
 def worker_reports(pool: WorkerPool) -> dict[str, dict[str, Any]]:
     """Each worker's ``state_restore_s`` and ``fenced_writes``, or that it reports none."""
     out: dict[str, dict[str, Any]] = {}
     for s in pool.slots:
-        try:
-            stats = json.loads((s.root / "state" / "worker-stats.json").read_text())
-        except (OSError, ValueError):
-            stats = {}
+        stats = _stats(s) or {}
         out[s.name] = {
             "state_restore_s": stats.get("state_restore_s", _NOT_REPORTED),
             "fenced_writes": stats.get("fenced_writes", _NOT_REPORTED),
@@ -350,6 +356,11 @@ def _progress(t0: float, pub: Publisher, watch: GroupWatch, chaos: Chaos | None,
     )
 
 
+def _own_ends(watch: GroupWatch, pos: dict[TP, tuple[int, int]]) -> dict[TP, int]:
+    """The end offsets in ``pos`` of the topics the workers write themselves."""
+    return {k: e for k, (_, e) in pos.items() if k[0] not in watch.plain}
+
+
 def _drain(watch: GroupWatch, pool: WorkerPool, timeout: float, settle: float = 5.0) -> float:
     """Wait until the group committed every record; seconds taken.
 
@@ -372,7 +383,7 @@ def _drain(watch: GroupWatch, pool: WorkerPool, timeout: float, settle: float = 
         if left is None and fresh and plain and all(c >= e for c, e in plain.values()):
             since = since or time.monotonic()
             if time.monotonic() - since >= settle:
-                watch.reach({k: e for k, (c, e) in pos.items() if k[0] not in watch.plain})
+                watch.reach(_own_ends(watch, pos))
         elif left is None:
             since = None
         if time.monotonic() - last >= 10:
@@ -391,9 +402,8 @@ def _clocks(pool: WorkerPool, after: float) -> tuple[object, ...] | None:
     holder decided up to its watermark; else None."""
     marks, alerter = [], None
     for s in pool.live():
-        try:
-            st = json.loads((s.root / "state" / "worker-stats.json").read_text())
-        except (OSError, ValueError):
+        st = _stats(s)
+        if st is None:
             return None
         if st.get("updated_at", 0) < after or st.get("watermark_us") != st.get("top_us"):
             return None
@@ -432,7 +442,7 @@ def _quiesce(watch: GroupWatch, pool: WorkerPool, timeout: float, settle: float 
         time.sleep(0.5)
     else:
         raise TimeoutError(f"the workers did not settle on one watermark within {timeout:.0f}s")
-    watch.reach({k: e for k, (c, e) in dict(watch.positions).items() if k[0] not in watch.plain})
+    watch.reach(_own_ends(watch, dict(watch.positions)))
     while watch.targets and set(watch.targets) - watch.reached:
         if time.monotonic() - started >= timeout:
             missing = sorted(set(watch.targets) - watch.reached)
