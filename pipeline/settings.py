@@ -158,6 +158,16 @@ class Settings(BaseSettings):
     # (and its later writes are fenced): the bound on how long a dead or paused worker's
     # partitions wait.
     consumer_session_timeout_seconds: float = _seconds(10.0, low=1.0, high=600.0)
+    # A stable name for this worker process (Kafka static membership, KIP-345): a worker
+    # restarted under the same name within the session timeout gets its partitions back
+    # without a rebalance. Unique per process; unset (the default): a dynamic member.
+    consumer_group_instance_id: str | None = Field(
+        default=None, min_length=1, max_length=249, pattern=r"^[A-Za-z0-9._-]+$"
+    )
+    # How the worker compresses what it produces (run state, outputs, forwarded copies):
+    # the state changelog alone is larger than the input uncompressed, and the brokers
+    # replicate and compact every byte of it.
+    kafka_compression: Literal["none", "gzip", "snappy", "lz4", "zstd"] = "lz4"
     kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_SSL", "SASL_PLAINTEXT"] = "PLAINTEXT"
     kafka_sasl_mechanism: Literal["SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN"] = "SCRAM-SHA-512"
     kafka_sasl_username: str | None = None

@@ -99,16 +99,9 @@ class PipelineWorker:
         self.store = LedgerStore(
             writer, give_up_after=None, stopping=lambda: self._stopping, stats=self.stats
         )
-        self.consumer: GroupConsumer = consumer or KafkaGroupConsumer(
-            group, kw, session_timeout_s=settings.consumer_session_timeout_seconds,
-            max_poll_records=settings.batch_max_events,
-            max_partition_fetch_bytes=max(1_048_576, settings.max_message_bytes),
-        )  # fmt: skip
+        self.consumer: GroupConsumer = consumer or KafkaGroupConsumer.of(settings, group, kw)
         self._worker_id = f"{socket.gethostname()}:{os.getpid()}"
-        self.transactions = transactions or Transactions(
-            group, kw, max_request_size=settings.max_record_bytes,
-            give_up_s=2 * settings.consumer_session_timeout_seconds,  # rebalances wait on it
-        )  # fmt: skip
+        self.transactions = transactions or Transactions.of(settings, group, kw)
         self.checkpoint = Checkpoint(self.transactions, f"{self._worker_id}:{uuid.uuid4().hex[:8]}")
         changelog = f"{group}-run-state-changelog"
         self.slots = Slots(

@@ -48,6 +48,7 @@ from aiokafka import TopicPartition
 from aiokafka.partitioner import DefaultPartitioner
 
 from ..retry import retry_transient
+from ..settings import Settings
 from ._produce import ProducedRecord, send_records
 
 __all__ = ["ALERTER", "Checkpoint", "Fenced", "SlotCommit", "Transactions"]
@@ -84,14 +85,27 @@ class Transactions:
         max_request_size: int = 1_048_576,
         transaction_timeout_s: float = 60.0,
         give_up_s: float = 30.0,
+        compression: str = "none",
     ) -> None:
         self.group = group
         self.kwargs = kafka_kwargs
+        self.compression = None if compression == "none" else compression
         self.max_request_size = max_request_size
         self.transaction_timeout_s = transaction_timeout_s
         self.give_up_s = give_up_s  # a commit still retrying after this is handled as fenced
         self.producers: dict[str, Any] = {}
         self._partitioner = DefaultPartitioner()
+
+    @classmethod
+    def of(cls, settings: Settings, group: str, kafka_kwargs: dict[str, Any]) -> Transactions:
+        """The worker's producers as ``settings`` configure them."""
+        return cls(
+            group,
+            kafka_kwargs,
+            max_request_size=settings.max_record_bytes,
+            give_up_s=2 * settings.consumer_session_timeout_seconds,  # rebalances wait on it
+            compression=settings.kafka_compression,
+        )
 
     def transactional_id(self, slot: str) -> str:
         return f"{self.group}.{slot}"
@@ -110,6 +124,7 @@ class Transactions:
                 acks="all",
                 linger_ms=5,
                 max_batch_size=1_048_576,
+                compression_type=self.compression,
                 max_request_size=self.max_request_size,
                 transaction_timeout_ms=int(self.transaction_timeout_s * 1000),
                 **self.kwargs,

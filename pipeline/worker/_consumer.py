@@ -37,6 +37,7 @@ from aiokafka.abc import ConsumerRebalanceListener
 
 from ..core import InRecord
 from ..retry import retry_transient
+from ..settings import Settings
 from ._records import in_record
 
 __all__ = [
@@ -147,6 +148,13 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
         await self.handler.assigned(set(assigned))
 
 
+FAIR_FETCH_BYTES = 256 * 1024
+"""What one fetch takes of a partition. aiokafka hands out a partition's fetched chunk
+before the next partition's, so a chunk of thousands of records (1 MiB of lz4 input is
+about 4,000 events) kept a quiet partition waiting 30 s behind busy ones under load. A
+larger record still comes whole: the broker returns the first batch whatever its size."""
+
+
 class KafkaGroupConsumer:
     """``GroupConsumer`` on aiokafka's ``AIOKafkaConsumer`` (see the module docstring)."""
 
@@ -158,8 +166,10 @@ class KafkaGroupConsumer:
         session_timeout_s: float = 10.0,
         max_poll_records: int = 5000,
         max_partition_fetch_bytes: int = 1_048_576,
+        instance_id: str | None = None,
     ) -> None:
         self.group = group
+        self.instance_id = instance_id  # static membership (KIP-345); None: dynamic
         self.kwargs = kafka_kwargs
         self.session_timeout_s = session_timeout_s
         self.max_poll_records = max_poll_records
@@ -167,6 +177,18 @@ class KafkaGroupConsumer:
         self.epoch = 0
         self._consumer: Any = None
         self._admin: Any = None
+
+    @classmethod
+    def of(cls, settings: Settings, group: str, kafka_kwargs: dict[str, Any]) -> KafkaGroupConsumer:
+        """The worker's consumer as ``settings`` configure it."""
+        return cls(
+            group,
+            kafka_kwargs,
+            session_timeout_s=settings.consumer_session_timeout_seconds,
+            max_poll_records=settings.batch_max_events,
+            max_partition_fetch_bytes=FAIR_FETCH_BYTES,
+            instance_id=settings.consumer_group_instance_id,
+        )
 
     async def start(self, topics: Collection[str], handler: RebalanceHandler) -> None:
         from aiokafka import AIOKafkaConsumer
@@ -177,6 +199,7 @@ class KafkaGroupConsumer:
         session_ms = int(self.session_timeout_s * 1000)
         consumer = AIOKafkaConsumer(
             group_id=self.group,
+            group_instance_id=self.instance_id,
             enable_auto_commit=False,
             auto_offset_reset="earliest",
             isolation_level="read_committed",

@@ -48,6 +48,8 @@ def test_environment_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
         ("PRISM_CLICKHOUSE_DSN", "localhost:8123", "has no scheme"),
         ("PRISM_TOPIC_PREFIX", "bad prefix", "PRISM_TOPIC_PREFIX='bad prefix'"),
         ("PRISM_STATE_STORE", "redis", "PRISM_STATE_STORE='redis'"),
+        ("PRISM_CONSUMER_GROUP_INSTANCE_ID", "worker 1", "PRISM_CONSUMER_GROUP_INSTANCE_ID="),
+        ("PRISM_KAFKA_COMPRESSION", "brotli", "PRISM_KAFKA_COMPRESSION='brotli'"),
     ],
 )
 def test_bad_values_name_the_variable_and_the_value(
@@ -296,3 +298,20 @@ def test_a_chdb_path_with_a_missing_parent_is_refused_by_the_cli(
     assert main(["query", "--clickhouse", "chdb:///proc/prism-x", "SELECT 1"]) == 2
     err = capsys.readouterr().err
     assert "/proc/prism-x" in err and len(err.splitlines()) == 1 and "Stack" not in err
+
+
+def test_a_named_worker_is_a_static_member_and_its_outputs_are_compressed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from prism.pipeline.worker._checkpoint import Transactions
+    from prism.pipeline.worker._consumer import KafkaGroupConsumer
+
+    monkeypatch.setenv("PRISM_CONSUMER_GROUP_INSTANCE_ID", "worker-1")
+    s = load_settings()
+    assert KafkaGroupConsumer.of(s, "g", {}).instance_id == "worker-1"
+    assert Transactions.of(s, "g", {}).compression == "lz4"
+    monkeypatch.delenv("PRISM_CONSUMER_GROUP_INSTANCE_ID")
+    monkeypatch.setenv("PRISM_KAFKA_COMPRESSION", "none")
+    s = load_settings()
+    assert KafkaGroupConsumer.of(s, "g", {}).instance_id is None  # a dynamic member
+    assert Transactions.of(s, "g", {}).compression is None  # aiokafka's "no codec"

@@ -1,0 +1,121 @@
+"""A worker restarted under its instance id gets its slots back without a rebalance.
+
+Two group consumers of the worker's kind (``KafkaGroupConsumer``, the slot assignor) on
+the real broker share a 4-partition topic. One is stopped as a crash leaves it (a static
+member sends no LeaveGroup) and a new one starts under the same name within the session
+timeout. With static membership (``PRISM_CONSUMER_GROUP_INSTANCE_ID``) the newcomer is
+handed the same partitions and the other member sees no callback at all: nothing moved,
+nothing was restored. The same sequence with dynamic members moves partitions: the
+contrast that shows the check can fail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+from aiokafka import TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from prism.pipeline.retry import retry_transient
+from prism.pipeline.worker._consumer import KafkaGroupConsumer
+
+pytestmark = [pytest.mark.integration]
+
+SESSION_S = 8.0
+
+
+class Calls:
+    """The callbacks one member saw, in order."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, frozenset[TopicPartition]]] = []
+
+    async def revoked(self, tps: set[TopicPartition]) -> None:
+        self.seen.append(("revoked", frozenset(tps)))
+
+    async def assigned(self, tps: set[TopicPartition]) -> None:
+        self.seen.append(("assigned", frozenset(tps)))
+
+
+async def _member(
+    bootstrap: str, group: str, topic: str, name: str | None, calls: Calls
+) -> KafkaGroupConsumer:
+    c = KafkaGroupConsumer(
+        group, {"bootstrap_servers": bootstrap}, session_timeout_s=SESSION_S, instance_id=name
+    )
+    await c.start([topic], calls)
+    return c
+
+
+async def _until(what: str, check: object, timeout: float = 60.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not check():  # type: ignore[operator]
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"{what} did not happen within {timeout:.0f}s")
+        await asyncio.sleep(0.2)
+
+
+Seen = list[tuple[str, frozenset[TopicPartition]]]
+
+
+async def _restart_one(
+    bootstrap: str, static: bool
+) -> tuple[set[TopicPartition], set[TopicPartition], Seen]:
+    """Member ``a``'s partitions before and after its restart, and what ``b`` saw."""
+    topic, group = f"t{uuid.uuid4().hex[:10]}.static", f"g{uuid.uuid4().hex[:10]}"
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await retry_transient(admin.start, what="starting an admin client", bootstrap=bootstrap)
+    try:
+        await admin.create_topics([NewTopic(topic, 4, 1)])
+    finally:
+        await admin.close()
+    a_calls, b_calls, a2_calls = Calls(), Calls(), Calls()
+    a = await _member(bootstrap, group, topic, "a" if static else None, a_calls)
+    b = await _member(bootstrap, group, topic, "b" if static else None, b_calls)
+    live = [a, b]
+    try:
+
+        async def fetching() -> None:  # members poll as the worker does
+            while True:
+                for c in list(live):
+                    try:
+                        await c.fetch(100, 0.05)
+                    except Exception:  # stopped under the loop: the next round skips it
+                        continue
+                await asyncio.sleep(0.05)
+
+        poll = asyncio.create_task(fetching())
+        await _until("two members sharing four partitions", lambda: (
+            len(a.assignment()) == 2 and len(b.assignment()) == 2))  # fmt: skip
+        held_a = a.assignment()
+        b_calls.seen.clear()
+        live.remove(a)
+        # a static member sends no LeaveGroup when it stops, as a crash leaves it; a
+        # dynamic one leaves: its partitions move at once, or after the session timeout
+        await a.stop()
+        a = await _member(bootstrap, group, topic, "a" if static else None, a2_calls)
+        live.append(a)
+        await _until("the restarted member holding partitions", lambda: len(a.assignment()) == 2)
+        await asyncio.sleep(SESSION_S + 2)  # long enough for a rebalance to show at b
+        poll.cancel()
+        return held_a, a.assignment(), list(b_calls.seen)
+    finally:
+        for c in live:
+            await c.stop()
+
+
+@pytest.mark.timeout(180)
+def test_a_static_member_restarted_in_time_gets_its_partitions_and_nothing_moves(
+    kafka_bootstrap: str,
+) -> None:
+    before, after, other_saw = asyncio.run(_restart_one(kafka_bootstrap, static=True))
+    assert after == before
+    assert other_saw == []
+
+
+@pytest.mark.timeout(180)
+def test_a_dynamic_member_restarted_moves_partitions(kafka_bootstrap: str) -> None:
+    _, _, other_saw = asyncio.run(_restart_one(kafka_bootstrap, static=False))
+    assert [kind for kind, _ in other_saw][:2] == ["revoked", "assigned"]
