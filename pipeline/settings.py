@@ -166,8 +166,9 @@ class Settings(BaseSettings):
     )
     # How the worker compresses what it produces (run state, outputs, forwarded copies):
     # the state changelog alone is larger than the input uncompressed, and the brokers
-    # replicate and compact every byte of it.
-    kafka_compression: Literal["none", "gzip", "snappy", "lz4", "zstd"] = "lz4"
+    # replicate and compact every byte of it. zstd: aiokafka's lz4 is the slow high-
+    # compression level (about 100 MB/s on the run state; zstd 600 MB/s, twice the ratio).
+    kafka_compression: Literal["none", "gzip", "snappy", "lz4", "zstd"] = "zstd"
     kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_SSL", "SASL_PLAINTEXT"] = "PLAINTEXT"
     kafka_sasl_mechanism: Literal["SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN"] = "SCRAM-SHA-512"
     kafka_sasl_username: str | None = None

@@ -150,8 +150,8 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
 
 FAIR_FETCH_BYTES = 256 * 1024
 """What one fetch takes of a partition. aiokafka hands out a partition's fetched chunk
-before the next partition's, so a chunk of thousands of records (1 MiB of lz4 input is
-about 4,000 events) kept a quiet partition waiting 30 s behind busy ones under load. A
+before the next partition's, so a chunk of thousands of records (1 MiB of compressed
+input is 4,000 events or more) kept a quiet partition waiting 30 s behind busy ones under load. A
 larger record still comes whole: the broker returns the first batch whatever its size."""
 
 

@@ -309,7 +309,7 @@ def test_a_named_worker_is_a_static_member_and_its_outputs_are_compressed(
     monkeypatch.setenv("PRISM_CONSUMER_GROUP_INSTANCE_ID", "worker-1")
     s = load_settings()
     assert KafkaGroupConsumer.of(s, "g", {}).instance_id == "worker-1"
-    assert Transactions.of(s, "g", {}).compression == "lz4"
+    assert Transactions.of(s, "g", {}).compression == "zstd"
     monkeypatch.delenv("PRISM_CONSUMER_GROUP_INSTANCE_ID")
     monkeypatch.setenv("PRISM_KAFKA_COMPRESSION", "none")
     s = load_settings()
