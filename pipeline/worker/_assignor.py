@@ -16,6 +16,12 @@ owner (seconds per slot under load; a chaos soak saw one partition make no progr
   fair share (``n // members``, one more for the first ``n % members`` by units kept, then
   member id); what is left goes to members below their share. A zombie that wakes with an
   old epoch therefore claims nothing its successors hold;
+- a member over its share keeps the units it got most recently (each unit's epoch of
+  arrival is carried in the reports too) and hands over those it has held longest: a
+  unit that has just moved has just stood still for a restore, and moving it again would
+  add a second wait to the same partitions (a 10-minute soak saw one slot move three
+  times in 35 s: a worker killed and restarted, paused, then woken), where handing over a
+  settled unit starts a short wait somewhere else;
 - when members subscribe to different topics (a rolling change of topics) the range
   layout is used for that assignment, as before.
 
@@ -51,10 +57,17 @@ FORMAT = 1  # of the join metadata and assignment user data
 
 @dataclass(frozen=True, slots=True)
 class Claim:
-    """What a member reports holding: its units and the epoch it got them in."""
+    """What a member reports holding: its units, the epoch of the assignment that gave
+    them, and the epoch each unit arrived at this member in (``since``; a unit without
+    one arrived at ``epoch``)."""
 
     epoch: int = 0
     units: frozenset[Unit] = frozenset()
+    since: frozenset[tuple[Unit, int]] = frozenset()
+
+    def arrived(self) -> dict[Unit, int]:
+        got = dict(self.since)
+        return {u: got.get(u, self.epoch) for u in self.units}
 
 
 def assign_units(counts: Iterable[int], claims: Mapping[str, Claim]) -> dict[str, set[Unit]]:
@@ -62,7 +75,8 @@ def assign_units(counts: Iterable[int], claims: Mapping[str, Claim]) -> dict[str
 
     Balanced per partition count (shares differ by at most one); a unit stays with the
     member claiming it with the newest epoch (ties: the smaller member id) unless that
-    member holds more than its share. Deterministic in its arguments."""
+    member holds more than its share, when it keeps the units that arrived most recently
+    (ties: the smaller partition). Deterministic in its arguments."""
     members = sorted(claims)
     out: dict[str, set[Unit]] = {m: set() for m in members}
     if not members:
@@ -85,7 +99,9 @@ def assign_units(counts: Iterable[int], claims: Mapping[str, Claim]) -> dict[str
         share = {m: base + (1 if i < extra else 0) for i, m in enumerate(order)}
         taken: set[int] = set()
         for m in members:
-            for p in sorted(kept[m])[: share[m]]:
+            arrived = claims[m].arrived()
+            newest = sorted(kept[m], key=lambda p: (-arrived.get((n, p), 0), p))
+            for p in newest[: share[m]]:
                 out[m].add((n, p))
                 taken.add(p)
         free = iter(p for p in range(n) if p not in taken)
@@ -101,14 +117,17 @@ def _claim(user_data: bytes) -> Claim:
         doc = json.loads(user_data) if user_data else {}
         if doc.get("v") != FORMAT:
             return Claim()
-        return Claim(int(doc["epoch"]), frozenset((int(n), int(p)) for n, p in doc["units"]))
+        units = frozenset((int(n), int(p)) for n, p in doc["units"])
+        since = frozenset(((int(n), int(p)), int(e)) for n, p, e in doc.get("since", ()))
+        return Claim(int(doc["epoch"]), units, since)
     except (ValueError, KeyError, TypeError, AttributeError):
         return Claim()
 
 
 def _user_data(claim: Claim) -> bytes:
     units = sorted(claim.units)
-    return json.dumps({"v": FORMAT, "epoch": claim.epoch, "units": units}).encode()
+    since = sorted([n, p, e] for (n, p), e in claim.since)
+    return json.dumps({"v": FORMAT, "epoch": claim.epoch, "units": units, "since": since}).encode()
 
 
 class SlotAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
@@ -148,7 +167,14 @@ class SlotAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         epoch = max((c.epoch for c in claims.values()), default=0) + 1
         units = assign_units(by_count, claims)
         out: dict[str, ConsumerProtocolMemberAssignment] = {}
+        newest: dict[Unit, int] = {}
+        for c in claims.values():
+            for u in c.units:
+                newest[u] = max(newest.get(u, -1), c.epoch)
         for m, held in units.items():
+            # a unit its valid holder keeps keeps its arrival; one that moved arrives now
+            before = {u: e for u, e in claims[m].arrived().items() if newest[u] == claims[m].epoch}
+            since = frozenset((u, before.get(u, epoch)) for u in held)
             layout = [
                 (topic, sorted(p for n, p in held if n == count))
                 for count, topics in sorted(by_count.items())
@@ -157,6 +183,6 @@ class SlotAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
             out[m] = ConsumerProtocolMemberAssignment(
                 self.version,
                 [(t, ps) for t, ps in layout if ps],
-                _user_data(Claim(epoch, frozenset(held))),
+                _user_data(Claim(epoch, frozenset(held), since)),
             )
         return out

@@ -121,6 +121,27 @@ def test_members_subscribing_to_different_topics_get_the_range_layout() -> None:
     assert g.held == {"a": set(range(6)), "b": set(range(6, 12))}
 
 
+def test_a_member_over_its_share_hands_over_the_slots_it_has_held_longest() -> None:
+    g = Group()
+    for m in ("a", "b", "c"):
+        g.members[m] = SlotAssignor()
+    g.rebalance()
+    settled = {m: set(s) for m, s in g.held.items()}
+    gone = g.members.pop("c")
+    g.held.pop("c")
+    g.rebalance()  # c's slots arrive at a and b
+    arrived = {m: g.held[m] - settled[m] for m in ("a", "b")}
+    assert all(len(arrived[m]) == 2 for m in ("a", "b"))
+    g.members["c"] = gone  # back (its old claim is stale): a and b are over their share
+    g.rebalance()
+    for m in ("a", "b"):  # the slots that just moved stay; two settled ones go to c
+        assert arrived[m] <= g.held[m]
+        assert len(settled[m] - g.held[m]) == 2
+    assert g.held["c"] == (settled["a"] | settled["b"]) - g.held["a"] - g.held["b"]
+    # the wire format carries each slot's arrival
+    assert {u for u, _ in g.members["a"].held.since} == g.members["a"].held.units
+
+
 def test_a_report_it_cannot_read_is_no_claim() -> None:
     a = SlotAssignor()
     for junk in (b"", b"not json", b'{"v": 99, "epoch": 3, "units": [[12, 1]]}', b"[1, 2]"):
@@ -130,15 +151,18 @@ def test_a_report_it_cannot_read_is_no_claim() -> None:
     assert isinstance(md, ConsumerProtocolMemberMetadata)
 
 
-claims_st = st.dictionaries(
-    st.sampled_from([f"m{i}" for i in range(7)]),
-    st.builds(
-        Claim,
-        st.integers(0, 4),
-        st.frozensets(st.tuples(st.sampled_from([1, 5, 12, 13]), st.integers(-1, 13))),
-    ),
-    min_size=1,
-)
+@st.composite
+def claim_st(draw: st.DrawFn) -> Claim:
+    """A report: units (some out of range), the epoch, and an arrival for some units."""
+    epoch = draw(st.integers(0, 4))
+    units = draw(st.frozensets(st.tuples(st.sampled_from([1, 5, 12, 13]), st.integers(-1, 13))))
+    arrivals = draw(st.lists(st.integers(0, epoch), min_size=len(units), max_size=len(units)))
+    known = draw(st.lists(st.booleans(), min_size=len(units), max_size=len(units)))
+    since = frozenset((u, e) for u, e, k in zip(sorted(units), arrivals, known, strict=True) if k)
+    return Claim(epoch, units, since)
+
+
+claims_st = st.dictionaries(st.sampled_from([f"m{i}" for i in range(7)]), claim_st(), min_size=1)
 
 
 @settings(max_examples=300, deadline=None)
@@ -165,3 +189,8 @@ def test_every_unit_goes_to_one_member_balanced_and_valid_claims_are_kept(
         for m, units in out.items():
             mine = {u for u in units if u[0] == n}
             assert len(mine & valid[m]) == min(len(valid[m]), len(mine))
+            # over its share, a member keeps the units that arrived at it most recently
+            arrived = claims[m].arrived()
+            order = {u: (-arrived[u], u[1]) for u in valid[m]}
+            kept, handed = mine & valid[m], valid[m] - mine
+            assert all(order[k] < order[h] for k in kept for h in handed)
