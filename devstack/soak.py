@@ -51,6 +51,7 @@ from ._truth import compare, render
 __all__ = ["main"]
 
 SESSION_TIMEOUT_S = 10.0
+WORKERS = 3  # the long-lived ones; the chaos adds and removes a fourth
 STALL_BOUND_S = 45.0
 BLIND_BOUND_S = 30.0  # the longest the group may go unobserved for the figures to count
 DRAIN_RATE = 1000.0  # events/s: the slowest drain of the backlog left after the load
@@ -134,6 +135,7 @@ class Publisher:
         producer = AIOKafkaProducer(
             bootstrap_servers=self.settings.kafka_bootstrap_servers, enable_idempotence=True,
             acks="all", linger_ms=20, request_timeout_ms=60_000, max_request_size=4 << 20,
+            compression_type="zstd",  # as a runtime's publisher should (SCALING.md)
         )  # fmt: skip
         await producer.start()
         partitioner = DefaultPartitioner()
@@ -469,7 +471,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     simulate_fleet(runs, args.seed, root)
     manifest = json.loads((root / "manifest.json").read_text())
     _log(f"{manifest['counts']['records']:,} records; starting a 3-broker cluster")
-    cluster = LocalKafkaCluster(root / "kafka", brokers=3, port=_consecutive_free_ports(3))
+    cluster = LocalKafkaCluster(  # C2 too: half an hour of load repays its warm-up
+        root / "kafka", brokers=3, port=_consecutive_free_ports(3), jvm_options=()
+    )
     pool: WorkerPool | None = None
     watch: GroupWatch | None = None
     chaos: Chaos | None = None
@@ -492,7 +496,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         watch = GroupWatch(cluster.bootstrap, base.consumer_group, topics, plain, pool)
         watch.start()
         started = time.monotonic()
-        for n in range(1, 4):  # one at a time, so each member is matched to its worker
+        for n in range(1, WORKERS + 1):  # one at a time, so each member is matched to its worker
             _join(pool.add(), n, watch, pool)
         _log(f"3 workers stable after {time.monotonic() - started:.0f}s; load and chaos begin")
         pub = Publisher(root / "records.pickle", base, args.rate, args.foreign_key_share, args.seed)
@@ -579,11 +583,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _worker_env(base: Settings) -> Callable[[str, Path], dict[str, str]]:
-    """A worker's environment: ``base`` with its own state dir and embedded ledger."""
+    """A worker's environment: ``base`` with its own state dir and embedded ledger. The
+    three long-lived workers are static members under their names, as a deployment's
+    fixed replicas would be (a restart within the session timeout keeps their slots);
+    the fourth that comes and goes is a dynamic member, as an autoscaled one would be."""
 
     def env_for(name: str, where: Path) -> dict[str, str]:
         dsn = f"chdb://{where / 'ledger'}"
-        s = base.model_copy(update={"state_dir": where / "state", "clickhouse_dsn": dsn})
+        update: dict[str, Any] = {"state_dir": where / "state", "clickhouse_dsn": dsn}
+        if int(name.lstrip("w")) <= WORKERS:
+            update["consumer_group_instance_id"] = f"{base.consumer_group}-{name}"
+        s = base.model_copy(update=update)
         where.mkdir(parents=True, exist_ok=True)
         session = str(int(SESSION_TIMEOUT_S))
         return {**worker_env(s), "PRISM_CONSUMER_SESSION_TIMEOUT_SECONDS": session}
