@@ -66,4 +66,6 @@ def test_a_short_chaos_soak_loses_and_doubles_nothing(tmp_path: Path) -> None:
     for name, w in v["workers"].items():  # each worker reports what the verdict prints
         assert w["peak_rss_mb"] > 0, name
         assert isinstance(w["fenced_writes"], int), (name, w)
-        assert isinstance(w["state_restore_s"], list) and w["state_restore_s"], (name, w)
+        assert isinstance(w["state_restore_s"], list), (name, w)
+        if name in ("w1", "w2", "w3"):  # a fourth removed before its assignment restores nothing
+            assert w["state_restore_s"], (name, w)
