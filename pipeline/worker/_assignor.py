@@ -26,8 +26,11 @@ owner (seconds per slot under load; a chaos soak saw one partition make no progr
   layout is used for that assignment, as before.
 
 ``assign_units`` is the pure rule; ``SlotAssignor`` is its aiokafka adapter, through the
-public ``AbstractPartitionAssignor`` interface. The consumer offers ``range`` after it, so
-a group upgraded one process at a time keeps a protocol every member supports.
+public ``AbstractPartitionAssignor`` interface. The consumer offers it alone (``range``
+beside it made aiokafka send two JoinGroups per join, and the group rebalance in a loop:
+``_consumer``), so a worker from before this assignor (``range`` only) and a current one
+have no protocol in common: the broker refuses the newer one's join
+(``INCONSISTENT_GROUP_PROTOCOL``) until the older ones have stopped.
 """
 
 from __future__ import annotations

@@ -12,7 +12,10 @@ consumer with public calls only:
   same partition count goes to one member, so a slot (``p`` of the input, channel-operation
   and repartition topics) is never split between processes, and a slot stays with its
   owner when others join or leave; the worker checks co-partitioning on every assignment
-  (``check_copartitioned``). ``range`` is offered after it, for groups mid-upgrade;
+  (``check_copartitioned``). It is the only assignor offered: aiokafka (0.14) sends one
+  JoinGroup per assignor it is given, each with one more protocol than the last, and the
+  broker takes each later one as a member changing its protocols and rebalances again;
+  two members joining at once rebalanced in a loop for minutes that way;
 - auto-commit off, and an explicit session timeout (``Settings.consumer_session_timeout_s``):
   a paused process loses its partitions after it, and its writes are fenced;
 - ``epoch`` counts the group's callbacks (revocations and assignments), for logs and tests.
@@ -192,7 +195,6 @@ class KafkaGroupConsumer:
 
     async def start(self, topics: Collection[str], handler: RebalanceHandler) -> None:
         from aiokafka import AIOKafkaConsumer
-        from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 
         from ._assignor import SlotAssignor
 
@@ -203,7 +205,7 @@ class KafkaGroupConsumer:
             enable_auto_commit=False,
             auto_offset_reset="earliest",
             isolation_level="read_committed",
-            partition_assignment_strategy=(SlotAssignor(), RangePartitionAssignor),
+            partition_assignment_strategy=(SlotAssignor(),),  # one: see the module docstring
             session_timeout_ms=session_ms,
             heartbeat_interval_ms=max(100, session_ms // 3),
             rebalance_timeout_ms=max(60_000, session_ms),
