@@ -48,7 +48,7 @@ from aiokafka.coordinator.protocol import (
     ConsumerProtocolMemberMetadata,
 )
 
-__all__ = ["Claim", "SlotAssignor", "Unit", "assign_units"]
+__all__ = ["Claim", "SlotAssignor", "Unit", "assign_units", "valid_holders"]
 
 log = logging.getLogger("prism.worker")
 
@@ -73,6 +73,19 @@ class Claim:
         return {u: got.get(u, self.epoch) for u in self.units}
 
 
+def valid_holders(claims: Mapping[str, Claim]) -> dict[Unit, str]:
+    """Each claimed unit's valid holder: the member claiming it with the newest epoch (ties:
+    the smaller member id). A zombie's older claim loses to its successor's."""
+    holder: dict[Unit, str] = {}
+    for m in sorted(claims):  # sorted: on equal epochs the smaller id is seen first and kept
+        c = claims[m]
+        for u in c.units:
+            held = holder.get(u)
+            if held is None or c.epoch > claims[held].epoch:
+                holder[u] = m
+    return holder
+
+
 def assign_units(counts: Iterable[int], claims: Mapping[str, Claim]) -> dict[str, set[Unit]]:
     """Every unit of each partition count in ``counts`` to one member of ``claims``.
 
@@ -84,19 +97,12 @@ def assign_units(counts: Iterable[int], claims: Mapping[str, Claim]) -> dict[str
     out: dict[str, set[Unit]] = {m: set() for m in members}
     if not members:
         return out
+    holders = valid_holders(claims)
     for n in sorted(set(counts)):
-        owner: dict[int, str] = {}
-        for m in members:  # sorted: on equal epochs the smaller id is seen first and kept
-            c = claims[m]
-            for count, p in c.units:
-                if count != n or not 0 <= p < n:
-                    continue
-                held = owner.get(p)
-                if held is None or c.epoch > claims[held].epoch:
-                    owner[p] = m
         kept: dict[str, list[int]] = {m: [] for m in members}
-        for p, m in owner.items():
-            kept[m].append(p)
+        for (count, p), m in holders.items():
+            if count == n and 0 <= p < n:
+                kept[m].append(p)
         base, extra = divmod(n, len(members))
         order = sorted(members, key=lambda m: (-len(kept[m]), m))
         share = {m: base + (1 if i < extra else 0) for i, m in enumerate(order)}
@@ -170,13 +176,10 @@ class SlotAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
         epoch = max((c.epoch for c in claims.values()), default=0) + 1
         units = assign_units(by_count, claims)
         out: dict[str, ConsumerProtocolMemberAssignment] = {}
-        newest: dict[Unit, int] = {}
-        for c in claims.values():
-            for u in c.units:
-                newest[u] = max(newest.get(u, -1), c.epoch)
+        holders = valid_holders(claims)
         for m, held in units.items():
             # a unit its valid holder keeps keeps its arrival; one that moved arrives now
-            before = {u: e for u, e in claims[m].arrived().items() if newest[u] == claims[m].epoch}
+            before = {u: e for u, e in claims[m].arrived().items() if holders.get(u) == m}
             since = frozenset((u, before.get(u, epoch)) for u in held)
             layout = [
                 (topic, sorted(p for n, p in held if n == count))
