@@ -503,7 +503,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         started = time.monotonic()
         for n in range(1, WORKERS + 1):  # one at a time, so each member is matched to its worker
             _join(pool.add(), n, watch, pool)
-        _log(f"3 workers stable after {time.monotonic() - started:.0f}s; load and chaos begin")
+        took = time.monotonic() - started
+        _log(f"{WORKERS} workers stable after {took:.0f}s; load and chaos begin")
         pub = Publisher(root / "records.pickle", base, args.rate, args.foreign_key_share, args.seed)
         chaos = Chaos(args.seed, pool, watch, cluster, t.input, limit_topic, SESSION_TIMEOUT_S)
         chaos.actions, chaos.log = args.actions, _log
