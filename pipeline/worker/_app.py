@@ -13,13 +13,16 @@ Wiring only; each part is a module of its own:
 - ``_marks``: every lane's event-time report, for one watermark across processes;
 - ``_watch``: positions against ends: read-backs, lane reports, progress rows;
 - ``_notify``: the alert sinks a committed batch's alerts go to;
-- ``_pace``: how many records a fetch may take (a rebalance waits for the batch in hand).
+- ``_pace``: how many records a fetch may take (a take-over waits for the batch in hand).
 
 One task runs the loop: take over an assignment (``take_over``), fetch, then under the
 lock a batch (``_batch``) and the due tick (``_tick``), each stepped in a thread. ``revoked``
-takes the lock: a batch is committed or not at all before its partitions move. A held
-partition's position is the next offset to step: records below it are re-deliveries, a
-fetch that begins past it is completed by reading the offsets between back (``_watch``).
+does not wait for a batch in hand: the member rejoins at once, and the batch commits as
+if nothing had happened. If a slot of it moved, the new owner's producer fences the
+transaction, or the new owner reads it back whole (``_checkpoint``: the zombie's case);
+the revoked slots are parked when the batch is done (``_settle``). A held partition's
+position is the next offset to step: records below it are re-deliveries, a fetch that
+begins past it is completed by reading the offsets between back (``_watch``).
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ from ..settings import Settings
 from ._alerter import AlertDesk
 from ._budget_desk import LaneSpend
 from ._checkpoint import ALERTER, Checkpoint, Transactions
-from ._consumer import GroupConsumer, KafkaGroupConsumer
+from ._consumer import Fetched, GroupConsumer, KafkaGroupConsumer
 from ._gc import GcPolicy
 from ._lanes import source_of
 from ._loopwatch import LoopWatch
@@ -120,6 +123,8 @@ class PipelineWorker:
             t.lane_marks, kw, idle_expiry_s=settings.consumer_session_timeout_seconds
         )
         self._lock = asyncio.Lock()
+        self._stepping = False  # a batch or tick in hand: a revocation is settled after it
+        self._revoking: set[TopicPartition] = set()  # revoked, not settled yet
         self.gc = GcPolicy()
         self.telemetry = WorkerTelemetry(settings.state_dir / "worker-stats.json")
         self._tick_interval = max(1.0, settings.batch_max_seconds)
@@ -140,17 +145,7 @@ class PipelineWorker:
                 await self.take_over()
                 wait = min(self._tick_interval, max(0.05, next_tick - time.monotonic()))
                 fetched = await self.consumer.fetch(self.pace.limit(), wait)
-                async with self._lock:
-                    if self._stopping:
-                        break
-                    if len(fetched):
-                        started = time.monotonic()
-                        with self.gc.batch():
-                            await self._batch(fetched.records)
-                        self.pace.took(len(fetched), time.monotonic() - started)
-                    if time.monotonic() >= next_tick:
-                        await self._tick()
-                        next_tick = time.monotonic() + self._tick_interval
+                next_tick = await self._work(fetched, next_tick)
         except LedgerUnavailable:
             if not self._stopping:
                 raise
@@ -159,18 +154,55 @@ class PipelineWorker:
         finally:
             await self._shutdown(marks)
 
+    async def _work(self, fetched: Fetched, next_tick: float) -> float:
+        """Under the lock: the batch in hand, then the tick if due (``next_tick``, the
+        monotonic time it is due at); a revocation meanwhile is settled after the batch
+        (``revoked``). The time the next tick is due."""
+        async with self._lock:
+            if self._stopping:
+                return next_tick
+            self._stepping = True
+            try:
+                if len(fetched):
+                    started = time.monotonic()
+                    with self.gc.batch():
+                        await self._batch(fetched.records)
+                    self.pace.took(len(fetched), time.monotonic() - started)
+                await self._settle()  # the tick leaves revoked slots alone
+                if time.monotonic() >= next_tick:
+                    await self._tick()
+                    next_tick = time.monotonic() + self._tick_interval
+            finally:
+                self._stepping = False
+        return next_tick
+
     def stop(self) -> None:  # SIGTERM, SIGINT: after the batch in hand
         self._stopping = True
 
     async def revoked(self, tps: set[TopicPartition]) -> None:
-        async with self._lock:  # after the batch in hand; heartbeats go on meanwhile
-            self.rebalances += 1
-            self._assigned = None  # an assignment not taken over yet is void
-            self.slots.revoked(tps)
-            if self._deaths in tps:
-                self._deaths_held = False
-                self.alerts.forget()
-                await self.transactions.close(ALERTER)
+        """The group takes ``tps`` back. A batch or tick in hand is not waited for: every
+        member's rejoin waits on this callback, and a batch slowed by a broker restart
+        held the whole group still for 15 s in a soak. The batch commits as a zombie's
+        would (a moved slot's new owner fences it, or reads it back whole) and the slots
+        are parked after it; otherwise (a take-over in hand) this waits for the lock."""
+        self.rebalances += 1
+        self._assigned = None  # an assignment not taken over yet is void
+        self._revoking |= set(tps)
+        if self._stepping:
+            return
+        async with self._lock:
+            await self._settle()
+
+    async def _settle(self) -> None:
+        """Park the revoked slots and give up the alerter if it was revoked (under the lock)."""
+        tps, self._revoking = self._revoking, set()
+        if not tps:
+            return
+        self.slots.revoked(tps)
+        if self._deaths in tps:
+            self._deaths_held = False
+            self.alerts.forget()
+            await self.transactions.close(ALERTER)
 
     async def assigned(self, tps: set[TopicPartition]) -> None:
         """Only note ``tps``, paused: aiokafka sends no heartbeat until this returns, and a
@@ -181,9 +213,14 @@ class PipelineWorker:
 
     async def take_over(self) -> None:  # the slots and the alerter of the last assignment
         async with self._lock:
+            await self._settle()  # revocations that came during the last batch
             tps, self._assigned = self._assigned, None
-            if tps is None or self._stopping:
-                return  # none, or leaving the group: the next owners take these over
+            if self._stopping:
+                return  # leaving the group: the next owners take these over
+            if tps is None:  # a reclaim opens producers, so a revocation waits for it here
+                session_s = self.settings.consumer_session_timeout_seconds
+                await self.slots.reclaim(self.consumer.assignment(), 2 * session_s)
+                return
             try:
                 await self.slots.assigned(tps)
                 if self._deaths in tps:
@@ -298,8 +335,6 @@ class PipelineWorker:
     # -- time ---------------------------------------------------------------------------
     async def _tick(self) -> None:
         """Grace periods of quiet lanes, staleness on the shared watermark, lane reports."""
-        session_s = self.settings.consumer_session_timeout_seconds
-        await self.slots.reclaim(self.consumer.assignment(), 2 * session_s)
         undelivered = await self.watch.undelivered()
         if undelivered:
             await self._batch(undelivered)

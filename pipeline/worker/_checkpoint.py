@@ -200,9 +200,9 @@ class Transactions:
                 )
         except TimeoutError as exc:
             # A broker away (or a coordinator moving) holds the commit; the batch lock
-            # is held meanwhile, and with it every rebalance of the group (``revoked``
-            # waits for the batch in hand). Its outcome unknown, the slot is handled as
-            # fenced, as below: the group, not this wait, decides who holds it next.
+            # is held meanwhile, and with it this process's take-over of its next
+            # assignment. Its outcome unknown, the slot is handled as fenced, as below:
+            # the group, not this wait, decides who holds it next.
             await self.close(slot)
             raise Fenced(
                 f"slot {slot}: the transaction did not end in {self.give_up_s:g}s"

@@ -1,14 +1,15 @@
 """How many records the worker's next fetch may take: a batch bounded in time, not only
 in records.
 
-A rebalance waits for the batch in hand: the group's callbacks take the batch lock, so a
-member rejoins only once its batch is committed, and every other member waits for it. A
-batch of ``batch_max_events`` records takes well under a second on a worker that keeps
-up, but a minute on one that a loaded machine slows to a few hundred events/s: one member
-then holds the whole group in ``PreparingRebalance`` for that long (a 5,000 events/s soak
-on two cores saw 30 s). ``BatchPace`` keeps a moving estimate of the seconds a record
-costs (step, ledger insert and transaction together) and lets the next fetch take as many
-records as fit in ``target_s``, between ``least`` and ``most``. Under load the batches
+A take-over of newly assigned slots waits for the batch in hand (it takes the batch
+lock), and so does a SIGTERM. A batch of ``batch_max_events`` records takes well under a
+second on a worker that keeps up, but a minute on one that a loaded machine slows to a
+few hundred events/s: the slots assigned to it wait that long (when the revocation
+callback still waited for the batch too, one member held the whole group in
+``PreparingRebalance`` for 30 s in a 5,000 events/s soak on two cores). ``BatchPace``
+keeps a moving estimate of the seconds a record costs (step, ledger insert and
+transaction together) and lets the next fetch take as many records as fit in
+``target_s``, between ``least`` and ``most``. Under load the batches
 shrink to what the machine can do in ``target_s``; when the worker is fast they grow back
 to ``most``, where the per-batch costs (one insert, one transaction per slot) are spread
 thinnest.

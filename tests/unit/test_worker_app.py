@@ -29,7 +29,7 @@ from prism.pipeline.core import InRecord, home_partition
 from prism.pipeline.settings import Settings
 from prism.pipeline.worker._app import PipelineWorker
 from prism.pipeline.worker._checkpoint import Fenced, SlotCommit
-from prism.pipeline.worker._consumer import CoPartitioningError, check_copartitioned
+from prism.pipeline.worker._consumer import CoPartitioningError, Fetched, check_copartitioned
 from prism.pipeline.worker._slotstate import KEY, SlotState
 from prism.runtime.simulator import FleetConfig, simulate
 
@@ -48,6 +48,8 @@ class _Transactions:
     def __init__(self, broker: _Broker) -> None:
         self.broker = broker
         self.producers: dict[str, object] = {}
+        self.gate: asyncio.Event | None = None  # set: commits wait for it (a broker away)
+        self.waiting = asyncio.Event()  # a commit waits at the gate
 
     async def open(self, slot: str) -> None:
         self.producers[slot] = object()
@@ -60,6 +62,9 @@ class _Transactions:
         self.producers.clear()
 
     async def commit(self, slot: str, commit: SlotCommit, metadata: str) -> None:
+        if self.gate is not None:  # a fence meanwhile aborts it, as Kafka's epoch bump does
+            self.waiting.set()
+            await self.gate.wait()
         if self.broker.owner.get(slot) is not self or slot not in self.producers:
             raise Fenced(f"slot {slot}: fenced")
         await asyncio.sleep(0)
@@ -316,6 +321,78 @@ def test_a_slot_kept_through_a_rebalance_is_read_back_only_if_someone_committed_
     assert len(restores) == 3  # a's first, b's, a's second (b committed for it)
     assert a.slots.held[0].positions[tp] == 30
     assert a.consumer.sought[tp] == 30  # type: ignore[attr-defined]
+
+
+def _slow_batch(
+    w: PipelineWorker, records: list[InRecord]
+) -> tuple[asyncio.Future[float], asyncio.Event]:
+    """The loop's batch in hand (``_work``, no tick due) with its commit held at a gate."""
+    txns: _Transactions = w.transactions  # type: ignore[assignment]
+    gate = txns.gate = asyncio.Event()
+    tp = TopicPartition(records[0].source, records[0].partition)
+    work = asyncio.ensure_future(w._work(Fetched(0, {tp: records}), float("inf")))
+    return work, gate
+
+
+def test_a_revocation_does_not_wait_for_the_batch_in_hand_and_the_slot_is_kept_after_it(
+    tmp_path: Any,
+) -> None:
+    """Every member's rejoin waits on the revocation callback: with it waiting for a batch
+    whose commit a broker restart slowed, the whole group stood still for 15 s in a soak.
+    The batch commits after the rebalance, and the same slot back is kept with it."""
+    broker = _Broker()
+    a = _worker(tmp_path, broker, "a")
+    recs = _records(a.topics.input)
+    tp = TopicPartition(a.topics.input, 0)
+
+    async def go() -> tuple[bool, list[str]]:
+        await _assign(a, _slot(a, 0))
+        work, gate = _slow_batch(a, recs[:20])
+        await asyncio.wait_for(a.transactions.waiting.wait(), 5)  # type: ignore[attr-defined]
+        await asyncio.wait_for(a.revoked(_slot(a, 0)), 1)  # the batch still in hand
+        in_hand = not work.done()
+        await a.assigned(_slot(a, 0))  # the group gives the same slot back
+        gate.set()
+        await work
+        await a.take_over()
+        return in_hand, [k for k, _ in broker.steps]
+
+    in_hand, kinds = asyncio.run(go())
+    assert in_hand
+    assert kinds.count("restore") == 1 and kinds[-1] == "txn"  # kept: nothing read back
+    assert a.slots.kept == 1 and a.slots.held[0].positions[tp] == 20
+    assert broker.committed[tp] == (20, a.slots.held[0].token)
+
+
+def test_a_batch_whose_slot_moved_while_in_hand_is_fenced_and_the_new_owner_restores(
+    tmp_path: Any,
+) -> None:
+    """The zombie's case, on purpose: the slot's new owner opens its producer while the
+    old owner's batch is still in hand; the old commit fails fenced, nothing of it is
+    visible, the new owner resumes from the last commit, and the old owner drops the slot."""
+    broker = _Broker()
+    a, b = _worker(tmp_path, broker, "a"), _worker(tmp_path, broker, "b")
+    recs = _records(a.topics.input)
+    tp = TopicPartition(a.topics.input, 0)
+
+    async def go() -> None:
+        await _assign(a, _slot(a, 0))
+        await a._batch({tp: recs[:10]})
+        work, gate = _slow_batch(a, recs[10:30])
+        await asyncio.wait_for(a.transactions.waiting.wait(), 5)  # type: ignore[attr-defined]
+        await asyncio.wait_for(a.revoked(_slot(a, 0)), 1)
+        await a.assigned(set())
+        await _assign(b, _slot(b, 0))  # b's producer fences a's
+        gate.set()
+        await work
+        await a.take_over()
+
+    asyncio.run(go())
+    assert a.checkpoint.fenced_writes == 1
+    assert a.slots.held == {} and a.slots._parked == {}
+    assert b.slots.held[0].positions[tp] == 10  # a's second batch is not visible
+    assert broker.committed[tp][0] == 10
+    assert [c.offsets[tp] for _, c in _txns(broker)] == [10]
 
 
 def test_the_assignment_callback_only_pauses_and_the_loop_takes_the_slots_over(
