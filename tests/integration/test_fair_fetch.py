@@ -15,10 +15,10 @@ import uuid
 
 import pytest
 from aiokafka import AIOKafkaProducer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from prism.pipeline.retry import retry_transient
 from prism.pipeline.worker._consumer import KafkaGroupConsumer
+from tests.fixtures.kafka_io import new_topic
 
 pytestmark = [pytest.mark.integration]
 
@@ -42,20 +42,7 @@ async def _until(what: str, check: object, timeout: float = 60.0) -> None:
 
 
 async def _run(bootstrap: str) -> tuple[list[tuple[int, int]], dict[int, list[int]]]:
-    topic, group = f"fair{uuid.uuid4().hex[:8]}", f"fair{uuid.uuid4().hex[:8]}"
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await retry_transient(admin.start, what="starting an admin client", bootstrap=bootstrap)
-    try:
-        await admin.create_topics([NewTopic(topic, 6, 1)])
-
-        async def led() -> bool:
-            (found,) = await admin.describe_topics([topic])
-            parts = found.get("partitions") or []
-            return len(parts) == 6 and all(p["leader"] >= 0 for p in parts)
-
-        await _until("every partition led", led)
-    finally:
-        await admin.close()
+    topic, group = await new_topic(bootstrap, 6, "fair"), f"fair{uuid.uuid4().hex[:8]}"
     tps = [TopicPartition(topic, p) for p in range(6)]
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=20)
     await retry_transient(producer.start, what="starting a producer", bootstrap=bootstrap)

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from prism.devstack.soak import WORKERS
+
 pytestmark = [pytest.mark.integration, pytest.mark.soak]
 
 MINUTES = 0.75
@@ -67,5 +69,5 @@ def test_a_short_chaos_soak_loses_and_doubles_nothing(tmp_path: Path) -> None:
         assert w["peak_rss_mb"] > 0, name
         assert isinstance(w["fenced_writes"], int), (name, w)
         assert isinstance(w["state_restore_s"], list), (name, w)
-        if name in ("w1", "w2", "w3"):  # a fourth removed before its assignment restores nothing
+        if int(name.lstrip("w")) <= WORKERS:  # a fourth may leave before restoring
             assert w["state_restore_s"], (name, w)

@@ -18,10 +18,9 @@ from collections.abc import Callable
 
 import pytest
 from aiokafka import TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from prism.pipeline.retry import retry_transient
 from prism.pipeline.worker._consumer import KafkaGroupConsumer
+from tests.fixtures.kafka_io import new_topic
 
 pytestmark = [pytest.mark.integration]
 
@@ -67,29 +66,6 @@ async def _until(
 Seen = list[tuple[str, frozenset[TopicPartition]]]
 
 
-async def _topic(bootstrap: str) -> str:
-    """A new 4-partition topic, every partition led before anyone subscribes: a leader that
-    found no metadata for the topic would assign nothing until its next metadata refresh."""
-    topic = f"t{uuid.uuid4().hex[:10]}.static"
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await retry_transient(admin.start, what="starting an admin client", bootstrap=bootstrap)
-    try:
-        await admin.create_topics([NewTopic(topic, 4, 1)])
-        deadline = asyncio.get_running_loop().time() + 60
-
-        async def led() -> bool:
-            (found,) = await admin.describe_topics([topic])
-            parts = found.get("partitions") or []
-            return len(parts) == 4 and all(p["leader"] >= 0 for p in parts)
-
-        while not await led():
-            assert asyncio.get_running_loop().time() < deadline, f"{topic} has no leaders"
-            await asyncio.sleep(0.2)
-    finally:
-        await admin.close()
-    return topic
-
-
 async def _fetching(c: KafkaGroupConsumer, live: list[KafkaGroupConsumer]) -> None:
     """Polls as a worker does while ``c`` is in ``live`` (a member in a rebalance waits in
     its fetch, alone)."""
@@ -105,7 +81,7 @@ async def _restart_one(
     bootstrap: str, static: bool
 ) -> tuple[set[TopicPartition], set[TopicPartition], Seen]:
     """Member ``a``'s partitions before and after its restart, and what ``b`` saw."""
-    topic, group = await _topic(bootstrap), f"g{uuid.uuid4().hex[:10]}"
+    topic, group = await new_topic(bootstrap, 4, "static"), f"g{uuid.uuid4().hex[:10]}"
     a_calls, b_calls, a2_calls = Calls(), Calls(), Calls()
     a = await _member(bootstrap, group, topic, "a" if static else None, a_calls)
     b = await _member(bootstrap, group, topic, "b" if static else None, b_calls)
@@ -154,7 +130,7 @@ def test_a_dynamic_member_restarted_moves_partitions(kafka_bootstrap: str) -> No
 async def _join_at_once(bootstrap: str, static: bool) -> tuple[Seen, Seen]:
     """Two members joining a new group at the same moment; what each saw until both hold
     two partitions."""
-    topic, group = await _topic(bootstrap), f"g{uuid.uuid4().hex[:10]}"
+    topic, group = await new_topic(bootstrap, 4, "static"), f"g{uuid.uuid4().hex[:10]}"
     calls = (Calls(), Calls())
     members = await asyncio.gather(
         *(
