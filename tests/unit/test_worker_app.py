@@ -178,6 +178,15 @@ def _records(topic: str, runs: int = 30) -> list[InRecord]:
     return [InRecord(r.value, topic, 0, i, r.key, None) for i, r in enumerate(fleet.records)]
 
 
+def _two(
+    tmp_path: Any,
+) -> tuple[_Broker, PipelineWorker, PipelineWorker, list[InRecord], TopicPartition]:
+    """Workers ``a`` and ``b`` on one broker, a fleet's records and input partition 0."""
+    broker = _Broker()
+    a, b = _worker(tmp_path, broker, "a"), _worker(tmp_path, broker, "b")
+    return broker, a, b, _records(a.topics.input), TopicPartition(a.topics.input, 0)
+
+
 def _txns(broker: _Broker) -> list[tuple[str, SlotCommit]]:
     return [step for kind, step in broker.steps if kind == "txn"]
 
@@ -248,10 +257,7 @@ def test_records_below_the_position_are_skipped_and_a_gap_is_read_back(tmp_path:
 def test_a_fenced_slot_is_dropped_and_its_next_owner_restores_what_was_committed(
     tmp_path: Any,
 ) -> None:
-    broker = _Broker()
-    a, b = _worker(tmp_path, broker, "a"), _worker(tmp_path, broker, "b")
-    recs = _records(a.topics.input)
-    tp = TopicPartition(a.topics.input, 0)
+    broker, a, b, recs, tp = _two(tmp_path)
 
     async def go() -> None:
         await _assign(a, _slot(a, 0))
@@ -296,10 +302,7 @@ def test_a_slot_fenced_but_still_assigned_is_taken_back_after_the_wait(tmp_path:
 def test_a_slot_kept_through_a_rebalance_is_read_back_only_if_someone_committed_since(
     tmp_path: Any,
 ) -> None:
-    broker = _Broker()
-    a, b = _worker(tmp_path, broker, "a"), _worker(tmp_path, broker, "b")
-    recs = _records(a.topics.input)
-    tp = TopicPartition(a.topics.input, 0)
+    broker, a, b, recs, tp = _two(tmp_path)
 
     async def go() -> list[str]:
         await _assign(a, _slot(a, 0))
@@ -370,10 +373,7 @@ def test_a_batch_whose_slot_moved_while_in_hand_is_fenced_and_the_new_owner_rest
     """The zombie's case, on purpose: the slot's new owner opens its producer while the
     old owner's batch is still in hand; the old commit fails fenced, nothing of it is
     visible, the new owner resumes from the last commit, and the old owner drops the slot."""
-    broker = _Broker()
-    a, b = _worker(tmp_path, broker, "a"), _worker(tmp_path, broker, "b")
-    recs = _records(a.topics.input)
-    tp = TopicPartition(a.topics.input, 0)
+    broker, a, b, recs, tp = _two(tmp_path)
 
     async def go() -> None:
         await _assign(a, _slot(a, 0))
