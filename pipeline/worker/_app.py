@@ -167,14 +167,26 @@ class PipelineWorker:
                     started = time.monotonic()
                     with self.gc.batch():
                         await self._batch(fetched.records)
-                    self.pace.took(len(fetched), time.monotonic() - started)
+                    took = time.monotonic() - started
+                    self.pace.took(len(fetched), took)
+                    self._slow(f"a batch of {len(fetched):,} records", took)
                 await self._settle()  # the tick leaves revoked slots alone
                 if time.monotonic() >= next_tick:
+                    started = time.monotonic()
                     await self._tick()
                     next_tick = time.monotonic() + self._tick_interval
+                    self._slow("the timer's tick", next_tick - self._tick_interval - started)
             finally:
                 self._stepping = False
         return next_tick
+
+    def _slow(self, what: str, seconds: float) -> None:
+        """Log ``what`` when it held the batch lock past twice the pace's target: a slot
+        assigned meanwhile waits for it (in soaks, a restarted worker's second batch or
+        first tick held its restored slots 7-10 s, cause not yet known)."""
+        if seconds > 2 * self.pace.target_s:
+            held = sorted(self.slots.held)
+            log.warning("%s took %.1fs (slots held %s)", what, seconds, held)
 
     def stop(self) -> None:  # SIGTERM, SIGINT: after the batch in hand
         self._stopping = True

@@ -395,6 +395,31 @@ def test_a_batch_whose_slot_moved_while_in_hand_is_fenced_and_the_new_owner_rest
     assert [c.offsets[tp] for _, c in _txns(broker)] == [10]
 
 
+def test_a_batch_or_tick_that_holds_the_lock_too_long_is_logged(
+    tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A slot assigned meanwhile waits for it: the log says how long and which slots."""
+    broker = _Broker()
+    w = _worker(tmp_path, broker)
+    recs = _records(w.topics.input)
+    tp = TopicPartition(w.topics.input, 0)
+
+    async def go() -> None:
+        await _assign(w, _slot(w, 0))
+        await w._work(Fetched(0, {tp: recs[:20]}), float("inf"))  # within the target
+        quiet = [r.getMessage() for r in caplog.records if "took" in r.getMessage()]
+        assert quiet == []
+        w.pace.target_s = 1e-6
+        await w._work(Fetched(0, {tp: recs[20:30]}), 0.0)  # and the tick is due
+
+    with caplog.at_level("WARNING", logger="prism.worker"):
+        asyncio.run(go())
+    slow = [r.getMessage() for r in caplog.records if " took " in r.getMessage()]
+    assert len(slow) == 2, slow
+    assert slow[0].startswith("a batch of 10 records took ") and slow[0].endswith("[0])")
+    assert slow[1].startswith("the timer's tick took ")
+
+
 def test_the_assignment_callback_only_pauses_and_the_loop_takes_the_slots_over(
     tmp_path: Any,
 ) -> None:
