@@ -178,6 +178,13 @@ def _records(topic: str, runs: int = 30) -> list[InRecord]:
     return [InRecord(r.value, topic, 0, i, r.key, None) for i, r in enumerate(fleet.records)]
 
 
+def _one(tmp_path: Any) -> tuple[_Broker, PipelineWorker, list[InRecord], TopicPartition]:
+    """Worker ``a`` on a broker of its own, a fleet's records and input partition 0."""
+    broker = _Broker()
+    w = _worker(tmp_path, broker)
+    return broker, w, _records(w.topics.input), TopicPartition(w.topics.input, 0)
+
+
 def _two(
     tmp_path: Any,
 ) -> tuple[_Broker, PipelineWorker, PipelineWorker, list[InRecord], TopicPartition]:
@@ -193,10 +200,7 @@ def _txns(broker: _Broker) -> list[tuple[str, SlotCommit]]:
 
 def _one_batch(tmp_path: Any) -> tuple[_Broker, PipelineWorker, list[InRecord], TopicPartition]:
     """A worker assigned slot 0 that stepped and committed one batch of a fleet."""
-    broker = _Broker()
-    w = _worker(tmp_path, broker)
-    recs = _records(w.topics.input)
-    tp = TopicPartition(w.topics.input, 0)
+    broker, w, recs, tp = _one(tmp_path)
 
     async def go() -> None:
         await _assign(w, _slot(w, 0))
@@ -229,10 +233,7 @@ def test_a_batch_commits_its_outputs_state_position_and_offsets_after_the_ledger
 
 
 def test_records_below_the_position_are_skipped_and_a_gap_is_read_back(tmp_path: Any) -> None:
-    broker = _Broker()
-    w = _worker(tmp_path, broker)
-    recs = _records(w.topics.input)
-    tp = TopicPartition(w.topics.input, 0)
+    broker, w, recs, tp = _one(tmp_path)
     read: list[tuple[int, int]] = []
 
     async def read_back(partition: int, ranges: list[tuple[int, int]]) -> list[InRecord]:
@@ -277,10 +278,7 @@ def test_a_fenced_slot_is_dropped_and_its_next_owner_restores_what_was_committed
 def test_a_slot_fenced_but_still_assigned_is_taken_back_after_the_wait(tmp_path: Any) -> None:
     """A transaction that outlived the broker's transaction timeout fences its producer
     without a rebalance: the slot must not stay unread for good."""
-    broker = _Broker()
-    w = _worker(tmp_path, broker)
-    recs = _records(w.topics.input)
-    tp = TopicPartition(w.topics.input, 0)
+    broker, w, recs, tp = _one(tmp_path)
 
     async def go() -> tuple[list[int], list[int]]:
         await _assign(w, _slot(w, 0))
@@ -399,10 +397,7 @@ def test_a_batch_or_tick_that_holds_the_lock_too_long_is_logged(
     tmp_path: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A slot assigned meanwhile waits for it: the log says how long and which slots."""
-    broker = _Broker()
-    w = _worker(tmp_path, broker)
-    recs = _records(w.topics.input)
-    tp = TopicPartition(w.topics.input, 0)
+    _, w, recs, tp = _one(tmp_path)
 
     async def go() -> None:
         await _assign(w, _slot(w, 0))
