@@ -72,6 +72,12 @@ def _log(line: str) -> None:
     print(f"[soak {time.strftime('%H:%M:%S')}] {line}", flush=True)
 
 
+def long_lived(name: str) -> bool:
+    """Whether worker ``name`` (``w1``, ``w2``, ...) is one of the ``WORKERS`` that run the
+    whole soak (static members), not one the chaos adds and removes."""
+    return int(name.lstrip("w")) <= WORKERS
+
+
 # -- the fleet: simulated in a child process, so its memory is freed before the load --------
 def _simulate(runs: int, seed: int, out: Path) -> None:
     from prism.runtime.simulator import simulate, write_manifest
@@ -597,7 +603,7 @@ def _worker_env(base: Settings) -> Callable[[str, Path], dict[str, str]]:
     def env_for(name: str, where: Path) -> dict[str, str]:
         dsn = f"chdb://{where / 'ledger'}"
         update: dict[str, Any] = {"state_dir": where / "state", "clickhouse_dsn": dsn}
-        if int(name.lstrip("w")) <= WORKERS:
+        if long_lived(name):
             update["consumer_group_instance_id"] = f"{base.consumer_group}-{name}"
         s = base.model_copy(update=update)
         where.mkdir(parents=True, exist_ok=True)

@@ -171,19 +171,20 @@ class PipelineWorker:
                     self.pace.took(len(fetched), took)
                     self._slow(f"a batch of {len(fetched):,} records", took)
                 await self._settle()  # the tick leaves revoked slots alone
-                if time.monotonic() >= next_tick:
-                    started = time.monotonic()
+                started = time.monotonic()
+                if started >= next_tick:
                     await self._tick()
-                    next_tick = time.monotonic() + self._tick_interval
-                    self._slow("the timer's tick", next_tick - self._tick_interval - started)
+                    ended = time.monotonic()
+                    next_tick = ended + self._tick_interval
+                    self._slow("the timer's tick", ended - started)
             finally:
                 self._stepping = False
         return next_tick
 
     def _slow(self, what: str, seconds: float) -> None:
         """Log ``what`` when it held the batch lock past twice the pace's target: a slot
-        assigned meanwhile waits for it (in soaks, a restarted worker's second batch or
-        first tick held its restored slots 7-10 s, cause not yet known)."""
+        assigned meanwhile waits for it (in a soak, a restarted worker's first tick held
+        its restored slots 10.6 s)."""
         if seconds > 2 * self.pace.target_s:
             held = sorted(self.slots.held)
             log.warning("%s took %.1fs (slots held %s)", what, seconds, held)

@@ -9,10 +9,9 @@ callback still waited for the batch too, one member held the whole group in
 ``PreparingRebalance`` for 30 s in a 5,000 events/s soak on two cores). ``BatchPace``
 keeps a moving estimate of the seconds a record costs (step, ledger insert and
 transaction together) and lets the next fetch take as many records as fit in
-``target_s``, between ``least`` and ``most``. Under load the batches
-shrink to what the machine can do in ``target_s``; when the worker is fast they grow back
-to ``most``, where the per-batch costs (one insert, one transaction per slot) are spread
-thinnest.
+``target_s``, between ``least`` and ``most``. Under load the batches shrink to what the
+machine can do in ``target_s``; when the worker is fast they grow back to ``most``, where
+the per-batch costs (one insert, one transaction per slot) are spread thinnest.
 
 Until a batch was measured the pace takes ``least``: a process's first batch is its
 slowest (a cold process after a restart, a slot just restored, the ledger's first

@@ -18,7 +18,7 @@ from aiokafka import AIOKafkaProducer, TopicPartition
 
 from prism.pipeline.retry import retry_transient
 from prism.pipeline.worker._consumer import KafkaGroupConsumer
-from tests.fixtures.kafka_io import new_topic
+from tests.fixtures.kafka_io import new_topic, until
 
 pytestmark = [pytest.mark.integration]
 
@@ -34,13 +34,6 @@ class _Handler:
         return None
 
 
-async def _until(what: str, check: object, timeout: float = 60.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not await check():  # type: ignore[operator]
-        assert asyncio.get_running_loop().time() < deadline, f"{what} within {timeout:.0f}s"
-        await asyncio.sleep(0.1)
-
-
 async def _run(bootstrap: str) -> tuple[list[tuple[int, int]], dict[int, list[int]]]:
     topic, group = await new_topic(bootstrap, 6, "fair"), f"fair{uuid.uuid4().hex[:8]}"
     tps = [TopicPartition(topic, p) for p in range(6)]
@@ -52,17 +45,17 @@ async def _run(bootstrap: str) -> tuple[list[tuple[int, int]], dict[int, list[in
         await asyncio.gather(*sends)
         await consumer.start([topic], _Handler())
 
-        async def backlog_in_hand() -> bool:  # fetched from offset 0, nothing handed out yet
+        def backlog_in_hand() -> bool:  # fetched from offset 0, nothing handed out yet
             return consumer.highwater(tps[0]) == BACKLOG
 
-        await _until("partition 0's backlog fetched", backlog_in_hand)
+        await until("partition 0's backlog fetched", backlog_in_hand)
         for tp in tps[1:]:
             await (await producer.send(topic, b"quiet", partition=tp.partition))
 
-        async def quiet_in_hand() -> bool:
+        def quiet_in_hand() -> bool:
             return all(consumer.highwater(tp) == 1 for tp in tps[1:])
 
-        await _until("the quiet partitions' records fetched", quiet_in_hand)
+        await until("the quiet partitions' records fetched", quiet_in_hand)
         # each fetch, in order: (records of partition 0, records of the quiet ones); and
         # every partition's offsets in the order they came
         fetches: list[tuple[int, int]] = []

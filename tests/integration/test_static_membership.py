@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Callable
 
 import pytest
 from aiokafka import TopicPartition
 
 from prism.pipeline.worker._consumer import KafkaGroupConsumer
-from tests.fixtures.kafka_io import new_topic
+from tests.fixtures.kafka_io import new_topic, until
 
 pytestmark = [pytest.mark.integration]
 
@@ -50,19 +49,6 @@ async def _member(
     return c
 
 
-async def _until(
-    what: str,
-    check: Callable[[], bool],
-    timeout: float = 60.0,
-    seen: Callable[[], str] = lambda: "",
-) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not check():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"{what} did not happen within {timeout:.0f}s; {seen()}")
-        await asyncio.sleep(0.2)
-
-
 Seen = list[tuple[str, frozenset[TopicPartition]]]
 
 
@@ -88,7 +74,7 @@ async def _restart_one(
     live = [a, b]
     try:
         polls = [asyncio.create_task(_fetching(c, live)) for c in live]
-        await _until(
+        await until(
             "two members sharing four partitions",
             lambda: len(a.assignment()) == 2 and len(b.assignment()) == 2,
             seen=lambda: f"a saw {a_calls.seen}, b saw {b_calls.seen}",
@@ -102,7 +88,7 @@ async def _restart_one(
         a = await _member(bootstrap, group, topic, "a" if static else None, a2_calls)
         live.append(a)
         polls.append(asyncio.create_task(_fetching(a, live)))
-        await _until("the restarted member holding partitions", lambda: len(a.assignment()) == 2)
+        await until("the restarted member holding partitions", lambda: len(a.assignment()) == 2)
         await asyncio.sleep(SESSION_S + 2)  # long enough for a rebalance to show at b
         for poll in polls:
             poll.cancel()
@@ -141,7 +127,7 @@ async def _join_at_once(bootstrap: str, static: bool) -> tuple[Seen, Seen]:
     live = list(members)
     try:
         polls = [asyncio.create_task(_fetching(c, live)) for c in live]
-        await _until(
+        await until(
             "two members sharing four partitions",
             lambda: all(len(c.assignment()) == 2 for c in members),
             timeout=30,
