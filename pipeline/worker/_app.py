@@ -49,7 +49,7 @@ from ._checkpoint import ALERTER, Checkpoint, Transactions
 from ._consumer import Fetched, GroupConsumer, KafkaGroupConsumer
 from ._gc import GcPolicy
 from ._lanes import source_of
-from ._loopwatch import LoopWatch
+from ._loopwatch import Laps, LoopWatch
 from ._marks import LaneMarks
 from ._notify import AlertSink, Notifiers
 from ._pace import BatchPace
@@ -130,6 +130,7 @@ class PipelineWorker:
         self._tick_interval = max(1.0, settings.batch_max_seconds)
         self.rebalances, session_s = 0, settings.consumer_session_timeout_seconds
         self.pace = BatchPace(settings.batch_max_events, target_s=session_s / 4)
+        self.laps = Laps()  # where the batch or tick in hand spends its time
         self.loop_watch = LoopWatch(warn_s=max(1.0, session_s / 4))  # heartbeats wait on it
 
     async def run(self) -> None:
@@ -164,7 +165,7 @@ class PipelineWorker:
             self._stepping = True
             try:
                 if len(fetched):
-                    started = time.monotonic()
+                    started, self.laps = time.monotonic(), Laps()
                     with self.gc.batch():
                         await self._batch(fetched.records)
                     took = time.monotonic() - started
@@ -173,6 +174,7 @@ class PipelineWorker:
                 await self._settle()  # the tick leaves revoked slots alone
                 started = time.monotonic()
                 if started >= next_tick:
+                    self.laps = Laps()
                     await self._tick()
                     ended = time.monotonic()
                     next_tick = ended + self._tick_interval
@@ -187,7 +189,7 @@ class PipelineWorker:
         its restored slots 10.6 s)."""
         if seconds > 2 * self.pace.target_s:
             held = sorted(self.slots.held)
-            log.warning("%s took %.1fs (slots held %s)", what, seconds, held)
+            log.warning("%s took %.1fs (slots held %s): %s", what, seconds, held, self.laps)
 
     def stop(self) -> None:  # SIGTERM, SIGINT: after the batch in hand
         self._stopping = True
@@ -254,6 +256,7 @@ class PipelineWorker:
         deaths = [r for r in fetched.pop(self._deaths, []) if r.offset >= start]
         if deaths and self._deaths_held:
             await self._alert_batch(deaths)
+            self.laps.lap("the alerter's batch")
         steps: dict[bool, dict[int, list[InRecord]]] = {False: {}, True: {}}
         after: dict[TopicPartition, int] = {}
         for tp, recs in sorted(fetched.items()):
@@ -271,6 +274,7 @@ class PipelineWorker:
                 continue
             if pos is not None and ins[0].offset > pos and not forwarded:  # markers there
                 ins = await self.watch.fill(tp, pos, ins[0].offset) + ins
+                self.laps.lap("reading back")
             steps[forwarded].setdefault(lane, []).extend(ins)
             after[tp] = ins[-1].offset + 1
             end = self.consumer.highwater(tp)
@@ -291,11 +295,14 @@ class PipelineWorker:
                 if batches:
                     step = functools.partial(self._step_and_store, batches, parts, forwarded)
                     out.extend(await asyncio.to_thread(step))
+        self.laps.lap("step and ledger")
         self.telemetry.acknowledged(out.event_ts)
         for tp, offset in after.items():
             self.slots.held[tp.partition].positions[tp] = offset
         await self._commit(parts, {tp.partition for tp in after})
+        self.laps.lap("transactions")
         await self._after(out)
+        self.laps.lap("alert sinks")
 
     def _step_and_store(
         self, batches: dict[int, list[InRecord]], parts: dict[int, Output], forwarded: bool
@@ -348,24 +355,30 @@ class PipelineWorker:
     # -- time ---------------------------------------------------------------------------
     async def _tick(self) -> None:
         """Grace periods of quiet lanes, staleness on the shared watermark, lane reports."""
-        undelivered = await self.watch.undelivered()
+        held = {tp: p for p, s in self.slots.held.items() for tp in self.slots.tps(p)}
+        consumed = await self.consumer.positions([*held, self._deaths])
+        self.laps.lap("positions")
+        undelivered = await self.watch.undelivered(consumed)
+        self.laps.lap("reading back")
         if undelivered:
             await self._batch(undelivered)
             return  # a batch was stepped: the next tick ticks
         now = self.clock()
-        held = {tp: p for p, s in self.slots.held.items() for tp in self.slots.tps(p)}
         try:
-            ends = await self.consumer.end_offsets(list(held))
+            async with asyncio.timeout(self.pace.target_s):
+                ends = await self.consumer.end_offsets(list(held))
         except Exception:  # the broker is away: the next tick asks again
             log.debug("end offsets unavailable this tick", exc_info=True)
             return
+        finally:
+            self.laps.lap("end offsets")
         self.marks.apply(self.intake.clock, self.slots.lanes(), now)
         self.watch.release_copies(self.marks.copies)
-        moved = await self.watch.past_markers()
-        marks_only = self._deaths_held and self.alerts.past_markers(
-            await self.consumer.position(self._deaths))  # fmt: skip
+        moved = self.watch.past_markers(consumed)
+        marks_only = self._deaths_held and self.alerts.past_markers(consumed.get(self._deaths))
         if marks_only and await self.checkpoint.commit({ALERTER: marks_only}):
             self._deaths_held = False  # fenced: the alerter is another process's
+        self.laps.lap("the alerter's markers")
         for tp, p in held.items():
             lane = self.slots.lane_of(tp)
             pos = self.slots.held[p].positions.get(tp, 0)
@@ -374,9 +387,11 @@ class PipelineWorker:
                 if tp.topic == self.topics.input:
                     self.telemetry.lag[p] = max(0, ends.get(tp, 0) - pos)
         self.gc.maybe_collect()  # a full pass between batches, not inside one
+        self.laps.lap("collector")
         outs = await asyncio.to_thread(  # seconds of shrinks after a jump: off the loop
             self.intake.tick, now, self._tick_interval, held=self.slots.lanes()  # not parked
         )  # fmt: skip
+        self.laps.lap("step")
         out = Output()
         for lane, part in outs.items():
             out.extend(part)
@@ -392,11 +407,15 @@ class PipelineWorker:
                 self.intake.rollback(outs)
                 log.exception("the ledger refused rows of the timer; they are retried next tick")
                 return
+            finally:
+                self.laps.lap("ledger")
         self.intake.commit(outs)
         touched = {slot_of(lane) for lane, o in outs.items()
                    if o.state_writes or o.records or o.limit_deaths or o.ledger.usage}  # fmt: skip
         await self._commit(dict(outs), moved | touched, ends)
+        self.laps.lap("transactions")
         await self._after(out)
+        self.laps.lap("alert sinks")
 
     # -- the alerter --------------------------------------------------------------------
     async def _alert_batch(self, records: list[InRecord]) -> None:

@@ -99,7 +99,7 @@ class GroupConsumer(Protocol):
 
     def highwater(self, tp: TopicPartition) -> int | None: ...
 
-    async def position(self, tp: TopicPartition) -> int | None: ...
+    async def positions(self, tps: Collection[TopicPartition]) -> dict[TopicPartition, int]: ...
 
     async def end_offsets(self, tps: Collection[TopicPartition]) -> dict[TopicPartition, int]: ...
 
@@ -156,6 +156,11 @@ FAIR_FETCH_BYTES = 256 * 1024
 before the next partition's, so a chunk of thousands of records (1 MiB of compressed
 input is 4,000 events or more) kept a quiet partition waiting 30 s behind busy ones under load. A
 larger record still comes whole: the broker returns the first batch whatever its size."""
+
+
+POSITION_WAIT_S = 0.25
+"""How long ``positions`` waits in all for positions still being reset; a known one is
+there at once, and the tick that asks again comes a second later."""
 
 
 FAIR_SHARE = 8
@@ -309,13 +314,21 @@ class KafkaGroupConsumer:
             return None
         return None if end is None else int(end)
 
-    async def position(self, tp: TopicPartition) -> int | None:
-        """The offset of the next record the consumer will hand out for ``tp``."""
-        try:
-            async with asyncio.timeout(2.0):  # a position still being reset is not known yet
-                return int(await self._consumer.position(tp))
-        except Exception:  # not assigned (any more), or no position yet
-            return None
+    async def positions(self, tps: Collection[TopicPartition]) -> dict[TopicPartition, int]:
+        """The offset of the next record the consumer will hand out, for each of ``tps``
+        whose position is known within ``POSITION_WAIT_S`` in all; one still being reset
+        (assigned, not sought yet) or no longer assigned is left out. aiokafka's
+        ``position`` waits until a position is known: one by one with a timeout each,
+        that held a worker's tick (and the slots it holds) for seconds in a soak."""
+        if not tps or self._consumer is None:
+            return {}
+        asked = {asyncio.ensure_future(self._consumer.position(tp)): tp for tp in tps}
+        done, waiting = await asyncio.wait(asked, timeout=POSITION_WAIT_S)
+        for task in waiting:
+            task.cancel()
+        if waiting:
+            await asyncio.wait(waiting)  # cancelled: nothing left running
+        return {asked[t]: int(t.result()) for t in done if t.exception() is None}
 
     async def end_offsets(self, tps: Collection[TopicPartition]) -> dict[TopicPartition, int]:
         """End offsets from a real offsets request (the last stable offset: read_committed)."""

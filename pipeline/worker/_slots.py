@@ -188,14 +188,13 @@ class Slots:
             for tp in self.tps(p):
                 if stored is not None and tp.topic in stored.positions:
                     slot.positions[tp] = stored.positions[tp.topic]
-                    self.consumer.seek(tp, slot.positions[tp])
                 elif tp in committed:
                     slot.positions[tp] = committed[tp][0]
             unknown = [tp for tp in self.tps(p) if tp not in slot.positions]
             if unknown:  # nothing stored or committed: from the log's start
-                for tp, offset in (await self.consumer.beginning_offsets(unknown)).items():
-                    slot.positions[tp] = offset
-                    self.consumer.seek(tp, offset)
+                slot.positions.update(await self.consumer.beginning_offsets(unknown))
+            for tp, offset in slot.positions.items():  # the consumer looks up none itself
+                self.consumer.seek(tp, offset)
             metas = {committed[tp][1] for tp in self.tps(p) if tp in committed}
             slot.token = metas.pop() if len(metas) == 1 else ""
             self.held[p] = slot

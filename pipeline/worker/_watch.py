@@ -86,9 +86,12 @@ class PartitionWatch:
                     tp.topic, tp.partition, start, end - 1, len(recs))  # fmt: skip
         return recs
 
-    async def undelivered(self) -> dict[TopicPartition, list[InRecord]]:
-        """The records of held input partitions whose consumer position has stayed past
-        the worker's for ``Settings.undelivered_read_back_seconds``, read back."""
+    async def undelivered(
+        self, consumed: Mapping[TopicPartition, int]
+    ) -> dict[TopicPartition, list[InRecord]]:
+        """The records of held input partitions whose consumer position (``consumed``, as
+        ``GroupConsumer.positions`` gave them) has stayed past the worker's for
+        ``Settings.undelivered_read_back_seconds``, read back."""
         wait = self.settings.undelivered_read_back_seconds
         if not wait:
             return {}
@@ -98,7 +101,7 @@ class PartitionWatch:
                 if self.slots.forwarded(tp):
                     continue  # gaps there are transaction markers (``past_markers``)
                 pos = slot.positions.get(tp)
-                fetched = await self.consumer.position(tp)
+                fetched = consumed.get(tp)
                 if pos is not None and fetched is not None and fetched > pos:
                     behind[tp] = (pos, fetched)
         seen = self._undelivered  # tp -> (its gap, since when it has been there)
@@ -117,15 +120,15 @@ class PartitionWatch:
             self._undelivered.clear()
         return records
 
-    async def past_markers(self) -> set[int]:
-        """Move each held repartition partition's position to the consumer's when that is
-        further (see the module docstring); the slots whose positions moved."""
+    def past_markers(self, consumed: Mapping[TopicPartition, int]) -> set[int]:
+        """Move each held repartition partition's position to the consumer's (``consumed``)
+        when that is further (see the module docstring); the slots whose positions moved."""
         moved = set()
         for p, slot in self.slots.held.items():
             for tp in self.slots.tps(p):
                 if not self.slots.forwarded(tp):
                     continue
-                fetched = await self.consumer.position(tp)
+                fetched = consumed.get(tp)
                 if fetched is not None and fetched > slot.positions.get(tp, 0):
                     slot.positions[tp] = fetched
                     moved.add(p)

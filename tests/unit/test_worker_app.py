@@ -106,8 +106,8 @@ class _Consumer:
     def highwater(self, tp: TopicPartition) -> int | None:
         return self.ends.get(tp)
 
-    async def position(self, tp: TopicPartition) -> int | None:
-        return None
+    async def positions(self, tps: Collection[TopicPartition]) -> dict[TopicPartition, int]:
+        return {}
 
     async def end_offsets(self, tps: Collection[TopicPartition]) -> dict[TopicPartition, int]:
         return {tp: self.ends.get(tp, 0) for tp in tps}
@@ -396,8 +396,13 @@ def test_a_batch_whose_slot_moved_while_in_hand_is_fenced_and_the_new_owner_rest
 def test_a_batch_or_tick_that_holds_the_lock_too_long_is_logged(
     tmp_path: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A slot assigned meanwhile waits for it: the log says how long and which slots."""
+    """A slot assigned meanwhile waits for it: the log says how long, which slots, and
+    what it waited on."""
     _, w, recs, tp = _one(tmp_path)
+
+    async def slow_positions(tps: Collection[TopicPartition]) -> dict[TopicPartition, int]:
+        await asyncio.sleep(0.15)
+        return {}
 
     async def go() -> None:
         await _assign(w, _slot(w, 0))
@@ -405,14 +410,32 @@ def test_a_batch_or_tick_that_holds_the_lock_too_long_is_logged(
         quiet = [r.getMessage() for r in caplog.records if "took" in r.getMessage()]
         assert quiet == []
         w.pace.target_s = 1e-6
+        w.consumer.positions = slow_positions  # type: ignore[method-assign]
         await w._work(Fetched(0, {tp: recs[20:30]}), 0.0)  # and the tick is due
 
     with caplog.at_level("WARNING", logger="prism.worker"):
         asyncio.run(go())
     slow = [r.getMessage() for r in caplog.records if " took " in r.getMessage()]
     assert len(slow) == 2, slow
-    assert slow[0].startswith("a batch of 10 records took ") and slow[0].endswith("[0])")
+    assert slow[0].startswith("a batch of 10 records took ") and "(slots held [0]): " in slow[0]
     assert slow[1].startswith("the timer's tick took ")
+    assert "(slots held [0]): positions 0." in slow[1]  # the longest part first
+
+
+def test_a_restored_slot_seeks_every_partition_to_where_it_resumes(tmp_path: Any) -> None:
+    """Committed or from the log's start, the worker says where each partition resumes:
+    a position left for the consumer to look up itself is unknown until it has, and the
+    tick's questions about it waited meanwhile."""
+    broker, w, _, tp = _one(tmp_path)
+    copies = TopicPartition(w.topics.repartition, 0)
+    broker.committed = {tp: (7, "t"), copies: (3, "t")}  # no state stored: committed only
+
+    asyncio.run(_assign(w, _slot(w, 0)))
+
+    positions = w.slots.held[0].positions
+    assert positions[tp] == 7 and positions[copies] == 3
+    assert set(positions) == _slot(w, 0)  # the channel topics: from the log's start
+    assert w.consumer.sought == positions  # type: ignore[attr-defined]
 
 
 def test_the_assignment_callback_only_pauses_and_the_loop_takes_the_slots_over(

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from prism.pipeline.worker._loopwatch import LoopWatch
+from prism.pipeline.worker._loopwatch import Laps, LoopWatch
 from prism.pipeline.worker._pace import BatchPace
 
 
@@ -136,3 +136,15 @@ def test_loop_watch_names_where_a_real_loop_is_held(caplog: pytest.LogCaptureFix
 def test_loop_watch_refuses_a_warning_below_its_tick() -> None:
     with pytest.raises(ValueError, match=r"warn_s \(0.1\) must be above tick_s \(0.25\)"):
         LoopWatch(warn_s=0.1)
+
+
+def test_laps_add_up_by_name_and_name_the_longest_parts_first() -> None:
+    now = [0.0]
+    laps = Laps(clock=lambda: now[0])
+    for name, took in [("positions", 2.0), ("step", 0.05), ("transactions", 3.0),
+                       ("positions", 1.5)]:  # fmt: skip
+        now[0] += took
+        laps.lap(name)
+    assert laps.parts == pytest.approx({"positions": 3.5, "step": 0.05, "transactions": 3.0})
+    assert str(laps) == "positions 3.5s, transactions 3.0s"  # under 0.1 s: not named
+    assert str(Laps(clock=lambda: 0.0)) == "no part over 0.1s"

@@ -28,9 +28,6 @@ def test_a_position_left_past_the_workers_is_read_back_after_the_wait(tmp_path: 
     copies = TopicPartition(w.topics.repartition, 0)
     handed_out = {tp: 30, copies: 7}  # the consumer's positions: 0..29 handed out, none stepped
 
-    async def position(t: TopicPartition) -> int | None:
-        return handed_out.get(t, 0)
-
     read: list[tuple[str, list[tuple[int, int]]]] = []
 
     def reader(topic: str) -> Any:
@@ -40,15 +37,14 @@ def test_a_position_left_past_the_workers_is_read_back_after_the_wait(tmp_path: 
 
         return read_back
 
-    w.consumer.position = position  # type: ignore[method-assign]
     for topic, rb in w.watch.readers.items():
         rb.read = reader(topic)  # type: ignore[method-assign]
 
     async def go() -> tuple[dict[Any, Any], dict[Any, Any]]:
         await _assign(w, _slot(w, 0))
-        first = await w.watch.undelivered()  # seen now; not yet for long enough
+        first = await w.watch.undelivered(handed_out)  # seen now; not yet for long enough
         time.sleep(0.25)
-        return first, await w.watch.undelivered()
+        return first, await w.watch.undelivered(handed_out)
 
     first, then = asyncio.run(go())
     assert first == {}
@@ -64,6 +60,6 @@ def test_nothing_is_read_back_when_the_wait_is_zero(tmp_path: Any) -> None:
 
     async def go() -> dict[Any, Any]:
         await _assign(w, _slot(w, 0))
-        return await w.watch.undelivered()
+        return await w.watch.undelivered({TopicPartition(w.topics.input, 0): 30})
 
     assert asyncio.run(go()) == {}
