@@ -86,8 +86,8 @@ def test_records_land_in_order_on_their_partitions(kafka_bootstrap: str, topic_p
             await txns.commit("0", SlotCommit(records, offsets), "worker-a:1")
         finally:
             await txns.close_all()
-        committed = await _committed(kafka_bootstrap, f"{topic_prefix}-g", topic)
-        assert committed == {1: (7, "worker-a:1")}
+        want = {1: (7, "worker-a:1")}
+        assert await _committed(kafka_bootstrap, f"{topic_prefix}-g", topic, want) == want
         consumer = AIOKafkaConsumer(
             bootstrap_servers=kafka_bootstrap,
             auto_offset_reset="earliest",
@@ -117,13 +117,24 @@ def test_records_land_in_order_on_their_partitions(kafka_bootstrap: str, topic_p
     assert got == expected
 
 
-async def _committed(bootstrap: str, group: str, topic: str) -> dict[int, tuple[int, str]]:
+async def _committed(
+    bootstrap: str, group: str, topic: str, want: dict[int, tuple[int, str]]
+) -> dict[int, tuple[int, str]]:
+    """The group's committed offsets of ``topic`` once they are ``want`` (or as last seen,
+    after 30 s). A transaction's offsets become readable when its commit markers are
+    written, which the broker does after ``commit`` returned (aiokafka's offset fetch does
+    not ask it to wait for them)."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
-        found = await admin.list_consumer_group_offsets(group)
-        return {tp.partition: (om.offset, om.metadata) for tp, om in found.items()
-                if tp.topic == topic}  # fmt: skip
+        for _ in range(300):
+            found = await admin.list_consumer_group_offsets(group)
+            seen = {tp.partition: (om.offset, om.metadata) for tp, om in found.items()
+                    if tp.topic == topic}  # fmt: skip
+            if seen == want:
+                break
+            await asyncio.sleep(0.1)
+        return seen
     finally:
         await admin.close()
 
@@ -156,7 +167,8 @@ def test_a_fenced_slot_commits_nothing(kafka_bootstrap: str, topic_prefix: str) 
         finally:
             await zombie.close_all()
             await owner.close_all()
-        assert await _committed(kafka_bootstrap, group, topic) == {0: (2, "owner:1")}
+        want = {0: (2, "owner:1")}  # never the zombie's offset 9
+        assert await _committed(kafka_bootstrap, group, topic, want) == want
         consumer = AIOKafkaConsumer(bootstrap_servers=kafka_bootstrap, enable_auto_commit=False,
                                     isolation_level="read_committed")  # fmt: skip
         await consumer.start()
