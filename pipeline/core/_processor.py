@@ -11,7 +11,7 @@ only shortens the grace wait, and only when ``CoreConfig.processing_grace`` says
 
 from __future__ import annotations
 
-from collections import deque
+import heapq
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
@@ -66,8 +66,10 @@ class Processor(KeyedProcessor[RunState]):
         self.runs: dict[str, RunState] = self.items
         self._pending_close: set[str] = set()  # terminal known, closed record not yet emitted
         self._open: set[str] = set()  # no terminal, not incomplete
-        self._retire: deque[tuple[int, str]] = deque()  # (watermark when closed/incomplete, id)
-        self._shrink: deque[tuple[int, str]] = deque()  # (watermark to shrink at, run id)
+        # Time queues, heaps: runs are not queued in time order (a run closed by the
+        # processing-time grace closes at its terminal's time, which may be far ahead)
+        self._retire: list[tuple[int, str]] = []  # (watermark when closed/incomplete, id)
+        self._shrink: list[tuple[int, str]] = []  # (watermark to shrink at, run id)
         self._received: tuple[datetime | None, int] = (None, 0)  # (arrival time, its us)
 
     @property
@@ -84,10 +86,6 @@ class Processor(KeyedProcessor[RunState]):
 
     def _decode(self, raw: bytes) -> RunState:
         return RunState.from_bytes(raw)
-
-    def _loaded(self) -> None:
-        self._retire = deque(sorted(self._retire))
-        self._shrink = deque(sorted(self._shrink))
 
     def _unindex(self, key: str) -> None:
         self._pending_close.discard(key)
@@ -131,11 +129,11 @@ class Processor(KeyedProcessor[RunState]):
         elif not terminal and not incomplete:
             self._open.add(run_id)
         if closed and closed_wm_us is not None:
-            self._retire.append((closed_wm_us, run_id))
+            heapq.heappush(self._retire, (closed_wm_us, run_id))
             if not tombstone:
-                self._shrink.append((closed_wm_us + self._grace_us, run_id))
+                heapq.heappush(self._shrink, (closed_wm_us + self._grace_us, run_id))
         elif incomplete and last_us is not None:
-            self._retire.append((last_us, run_id))
+            heapq.heappush(self._retire, (last_us, run_id))
 
     # -- the batch ----------------------------------------------------------------------
     def process(self, deliveries: Iterable[Delivery], now: float) -> Output:
@@ -280,7 +278,7 @@ class Processor(KeyedProcessor[RunState]):
             self._death(run, view, out)
         if run.closed and cls.missing_count == 0:  # a gap filled after the close
             at = max(self.clock.watermark_us, run.closed_wm_us or 0)
-            self._shrink.append((at + self._grace_us, run.run_id))
+            heapq.heappush(self._shrink, (at + self._grace_us, run.run_id))
         self._dirty.add(run.run_id)
 
     def _event_rows(
@@ -347,8 +345,8 @@ class Processor(KeyedProcessor[RunState]):
         self._death(run, view, out)
         if run.alerts.get(RULE_STALE) == "firing":
             self._stale_alert(run, out, "resolved")
-        self._retire.append((run.closed_wm_us, run.run_id))
-        self._shrink.append((run.closed_wm_us + self._grace_us, run.run_id))
+        heapq.heappush(self._retire, (run.closed_wm_us, run.run_id))
+        heapq.heappush(self._shrink, (run.closed_wm_us + self._grace_us, run.run_id))
         self._dirty.add(run.run_id)
 
     def _closed_at(self, view: RunView) -> int:
@@ -416,7 +414,7 @@ class Processor(KeyedProcessor[RunState]):
             ):
                 self._close(run, view_of(run, _classified(run)), out)
         while self._shrink and self._shrink[0][0] <= wm:
-            _, run_id = self._shrink.popleft()
+            _, run_id = heapq.heappop(self._shrink)
             self._maybe_shrink(run_id)
         cutoff = wm - int(cfg.stale_after_s * _US)
         if final or wm - self._last_scan_us >= _US:
@@ -426,7 +424,7 @@ class Processor(KeyedProcessor[RunState]):
                 self._mark_incomplete(self.runs[run_id], out)
             expire = wm - int(cfg.tombstone_retention_s * _US)
             while self._retire and self._retire[0][0] < expire:
-                _, run_id = self._retire.popleft()
+                _, run_id = heapq.heappop(self._retire)
                 gone = self._get(run_id)
                 if gone is not None and self._retired(gone, expire):
                     self._drop(run_id)
@@ -471,7 +469,7 @@ class Processor(KeyedProcessor[RunState]):
         self._save(run.run_id)
         self._open.discard(run.run_id)
         run.incomplete = True
-        self._retire.append((max(self.clock.watermark_us, run.last_us or 0), run.run_id))
+        heapq.heappush(self._retire, (max(self.clock.watermark_us, run.last_us or 0), run.run_id))
         view = view_of(run, _classified(run))
         out.ledger.runs.append(
             run_row(run, view, timeline=True, version=self.row_version(run.version))
