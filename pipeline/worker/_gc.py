@@ -4,11 +4,12 @@ Every run the worker holds (facts, timelines, dedup keys) is made of many small
 containers, and each batch adds more. Left to its thresholds, the collector keeps
 re-walking that long-lived state: it cost about a third of the core's time per event
 (``bench``'s stage table). Nearly all of it is acyclic and freed by reference counting
-when a run closes, so automatic collection is off while a batch is handled (``batch``)
-and the survivors are then frozen (moved out of the collector's sight, ``gc.freeze``):
-between batches the collector only looks at what was allocated since. Cyclic garbage
-among frozen objects would stay until the next full pass, so ``maybe_collect`` unfreezes
-and collects everything, called from the timer (between batches): memory stays bounded.
+when a run closes, so automatic collection is off while a batch or a timer tick is
+handled (``batch``) and the survivors are then frozen (moved out of the collector's
+sight, ``gc.freeze``): between them the collector only looks at what was allocated
+since. Cyclic garbage among frozen objects would stay until the next full pass, so
+``maybe_collect`` unfreezes and collects everything, called from the timer (between
+batches): memory stays bounded.
 
 A full pass holds the interpreter for as long as it walks every object: 3.5-11 s for
 workers of 3-5 GB in a 10-minute soak at 5,000 events/s, every minute, and no heartbeat
