@@ -411,6 +411,8 @@ class PipelineWorker:
             finally:
                 self.laps.lap("ledger")
         self.intake.commit(outs)
+        self.laps.note(f"the lanes' tick wrote {sum(len(o.state_writes) for o in outs.values()):,} "
+                       f"states and {len(out.ledger):,} rows, {dict(out.stats)}")  # fmt: skip
         touched = {slot_of(lane) for lane, o in outs.items()
                    if o.state_writes or o.records or o.limit_deaths or o.ledger.usage}  # fmt: skip
         await self._commit(dict(outs), moved | touched, ends)

@@ -105,18 +105,24 @@ class LoopWatch:
 class Laps:
     """Where a stretch of work spent its time: ``lap(name)`` ends the part since the last
     lap (or the start) and adds it to ``name``'s; ``str`` names the parts of 0.1 s or more,
-    longest first (what a slow batch or tick waited on, for its log line)."""
+    longest first, then the ``note``s (what a slow batch or tick waited on and did, for its
+    log line)."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         self._last = clock()
         self.parts: dict[str, float] = {}
+        self.notes: list[str] = []  # what the parts did, in a few words each
 
     def lap(self, name: str) -> None:
         now = self._clock()
         self.parts[name] = self.parts.get(name, 0.0) + now - self._last
         self._last = now
 
+    def note(self, text: str) -> None:
+        self.notes.append(text)
+
     def __str__(self) -> str:
         parts = sorted(self.parts.items(), key=lambda kv: -kv[1])
-        return ", ".join(f"{name} {s:.1f}s" for name, s in parts if s >= 0.1) or "no part over 0.1s"
+        said = ", ".join(f"{name} {s:.1f}s" for name, s in parts if s >= 0.1)
+        return "; ".join([said or "no part over 0.1s", *self.notes])

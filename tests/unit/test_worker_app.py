@@ -421,6 +421,7 @@ def test_a_batch_or_tick_that_holds_the_lock_too_long_is_logged(
     assert slow[0].startswith("a batch of 10 records took ") and "(slots held [0]): " in slow[0]
     assert slow[1].startswith("the timer's tick took ")
     assert "(slots held [0]): positions 0." in slow[1]  # the longest part first
+    assert "; the lanes' tick wrote " in slow[1]  # and what it did
 
 
 def test_a_restored_slot_seeks_every_partition_to_where_it_resumes(tmp_path: Any) -> None:

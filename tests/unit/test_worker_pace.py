@@ -147,4 +147,6 @@ def test_laps_add_up_by_name_and_name_the_longest_parts_first() -> None:
         laps.lap(name)
     assert laps.parts == pytest.approx({"positions": 3.5, "step": 0.05, "transactions": 3.0})
     assert str(laps) == "positions 3.5s, transactions 3.0s"  # under 0.1 s: not named
+    laps.note("the lanes' tick wrote 12 states")
+    assert str(laps) == "positions 3.5s, transactions 3.0s; the lanes' tick wrote 12 states"
     assert str(Laps(clock=lambda: 0.0)) == "no part over 0.1s"
