@@ -356,7 +356,7 @@ class PipelineWorker:
     # -- time ---------------------------------------------------------------------------
     async def _tick(self) -> None:
         """Grace periods of quiet lanes, staleness on the shared watermark, lane reports."""
-        held = {tp: p for p, s in self.slots.held.items() for tp in self.slots.tps(p)}
+        held = {tp: p for p in self.slots.held for tp in self.slots.tps(p)}
         consumed = await self.consumer.positions([*held, self._deaths])
         self.laps.lap("positions")
         undelivered = await self.watch.undelivered(consumed)

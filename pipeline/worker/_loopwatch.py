@@ -7,6 +7,9 @@ moves. ``LoopWatch`` makes that visible: a task on the loop stamps the time ever
 ``tick_s``, and a daemon thread that finds the stamp older than ``warn_s`` logs once per
 episode the loop thread's stack at that moment, then, when the loop turns again, how long
 it was held. ``longest_s`` and ``episodes`` go to the worker's stats.
+
+``Laps`` does the same for the batch lock: where a batch or tick that held it too long
+spent the time (the worker's slow-batch line).
 """
 
 from __future__ import annotations
