@@ -29,7 +29,7 @@ from collections.abc import Collection
 from aiokafka import TopicPartition
 
 from ._consumer import GroupConsumer
-from ._state import SNAPSHOT_MAX_AGE_S, Snapshot, StateReader
+from ._state import Snapshot, StateReader
 
 __all__ = ["Standby"]
 
@@ -71,12 +71,8 @@ class Standby:
             self._task = asyncio.ensure_future(self._warm(wanted, slots))
 
     def take(self, partition: int) -> Snapshot | None:
-        """Slot ``partition``'s snapshot, handed to its restore (and forgotten here); None
-        when there is none or it is older than ``SNAPSHOT_MAX_AGE_S`` (read in full)."""
-        snapshot = self.snapshots.pop(partition, None)
-        if snapshot is None or time.monotonic() - snapshot.at > SNAPSHOT_MAX_AGE_S:
-            return None
-        return snapshot
+        """Slot ``partition``'s snapshot, handed to its restore (and forgotten here)."""
+        return self.snapshots.pop(partition, None)
 
     async def _warm(self, tps: frozenset[TopicPartition], slots: set[int]) -> None:
         started = time.monotonic()
