@@ -307,14 +307,12 @@ def _stats(slot: Slot) -> dict[str, Any] | None:
 
 
 def worker_reports(pool: WorkerPool) -> dict[str, dict[str, Any]]:
-    """Each worker's ``state_restore_s``, ``warmup_s`` (its slot read-aheads) and
-    ``fenced_writes``, or that it reports none."""
+    """Each worker's ``state_restore_s`` and ``fenced_writes``, or that it reports none."""
     out: dict[str, dict[str, Any]] = {}
     for s in pool.slots:
         stats = _stats(s) or {}
         out[s.name] = {
             "state_restore_s": stats.get("state_restore_s", _NOT_REPORTED),
-            "warmup_s": stats.get("warmup_s", _NOT_REPORTED),
             "fenced_writes": stats.get("fenced_writes", _NOT_REPORTED),
             "peak_rss_mb": round(s.peak_rss_kb / 1024, 1),
             "incarnations": s.incarnation,
@@ -698,8 +696,7 @@ def render_verdict(v: dict[str, Any]) -> str:
     for name, r in w.items():
         lines.append(
             f"{name}: peak RSS {r['peak_rss_mb']} MB, {r['incarnations']} start(s), state "
-            f"restore {r['state_restore_s']}, read-aheads {r['warmup_s']}, fenced zombie "
-            f"writes {r['fenced_writes']}"
+            f"restore {r['state_restore_s']}, fenced zombie writes {r['fenced_writes']}"
         )
     lines.append("PASSED" if v["ok"] else "FAILED: " + "; ".join(v["failures"]))
     return "\n".join(lines)

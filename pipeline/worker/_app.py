@@ -55,7 +55,6 @@ from ._notify import AlertSink, Notifiers
 from ._pace import BatchPace
 from ._records import die
 from ._slots import Slots, check_state_size, slot_of
-from ._standby import Standby
 from ._state import StateReader
 from ._telemetry import WorkerTelemetry
 from ._watch import PartitionWatch
@@ -111,10 +110,6 @@ class PipelineWorker:
         self.slots = Slots(
             t, settings.partitions, changelog, self.intake, self.consumer,
             StateReader(changelog, kw), self.transactions, self.checkpoint,
-        )  # fmt: skip
-        self.standby = self.slots.standby = Standby(
-            StateReader(changelog, kw), self.consumer, t.slot_topics,
-            min_interval_s=settings.consumer_session_timeout_seconds,
         )  # fmt: skip
         self.watch = PartitionWatch(
             settings, self.slots, self.consumer, self.intake, self.stats, self._worker_id
@@ -244,7 +239,6 @@ class PipelineWorker:
                 return
             try:
                 await self.slots.assigned(tps)
-                self.standby.want(self.consumer.warmup())  # after: the restore takes from it
                 if self._deaths in tps:
                     await self.transactions.open(ALERTER)  # fences the last holder first
                     self.alerts.forget()  # read back at its first step
@@ -466,5 +460,4 @@ class PipelineWorker:
         await self.watch.close()
         await self.marks.close()
         await self.slots.reader.close()
-        await self.standby.close()
         await self.alerts.close()

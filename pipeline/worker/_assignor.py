@@ -22,15 +22,6 @@ owner (seconds per slot under load; a chaos soak saw one partition make no progr
   add a second wait to the same partitions (a 10-minute soak saw one slot move three
   times in 35 s: a worker killed and restarted, paused, then woken), where handing over a
   settled unit starts a short wait somewhere else;
-- a *cold* member (one that validly holds nothing and has read nothing ahead: a worker
-  joining, or a paused one that woke to find its slots moved on) is not handed units
-  another member holds: they stay where they are, and its assignment names them as its
-  *warm-up* instead. It reads their state ahead (``_standby``) and rejoins reporting them
-  *warm*, and the next assignment moves them, so the slot stands still only for the
-  catch-up since the read-ahead (Kafka Streams' warm-up replicas and probing rebalance,
-  KIP-441). Units nobody holds (their member left or was killed) go to it at once: there is
-  nothing to wait for. A member reporting warm units is handed those first, and a member
-  over its share hands over first the units another member has warmed;
 - when members subscribe to different topics (a rolling change of topics) the range
   layout is used for that assignment, as before.
 
@@ -47,7 +38,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from aiokafka.coordinator.assignors.abstract import AbstractPartitionAssignor
@@ -57,7 +48,7 @@ from aiokafka.coordinator.protocol import (
     ConsumerProtocolMemberMetadata,
 )
 
-__all__ = ["Claim", "SlotAssignor", "Unit", "assign_units", "defer_cold", "valid_holders"]
+__all__ = ["Claim", "SlotAssignor", "Unit", "assign_units", "valid_holders"]
 
 log = logging.getLogger("prism.worker")
 
@@ -71,14 +62,11 @@ FORMAT = 1  # of the join metadata and assignment user data
 class Claim:
     """What a member reports holding: its units, the epoch of the assignment that gave
     them, and the epoch each unit arrived at this member in (``since``; a unit without
-    one arrived at ``epoch``); the units whose state it has read ahead (``warm``, in its
-    join metadata) and those an assignment asks it to read ahead (``warmup``)."""
+    one arrived at ``epoch``)."""
 
     epoch: int = 0
     units: frozenset[Unit] = frozenset()
     since: frozenset[tuple[Unit, int]] = frozenset()
-    warm: frozenset[Unit] = frozenset()
-    warmup: frozenset[Unit] = frozenset()
 
     def arrived(self) -> dict[Unit, int]:
         got = dict(self.since)
@@ -104,18 +92,12 @@ def assign_units(counts: Iterable[int], claims: Mapping[str, Claim]) -> dict[str
     Balanced per partition count (shares differ by at most one); a unit stays with the
     member claiming it with the newest epoch (ties: the smaller member id) unless that
     member holds more than its share, when it keeps the units that arrived most recently
-    (ties: the smaller partition), handing over first those another member has warmed.
-    A member below its share takes the free units it has warmed first. Deterministic in
-    its arguments."""
+    (ties: the smaller partition). Deterministic in its arguments."""
     members = sorted(claims)
     out: dict[str, set[Unit]] = {m: set() for m in members}
     if not members:
         return out
     holders = valid_holders(claims)
-    warm_at: dict[Unit, set[str]] = {}
-    for m in members:
-        for u in claims[m].warm:
-            warm_at.setdefault(u, set()).add(m)
     for n in sorted(set(counts)):
         kept: dict[str, list[int]] = {m: [] for m in members}
         for (count, p), m in holders.items():
@@ -127,46 +109,15 @@ def assign_units(counts: Iterable[int], claims: Mapping[str, Claim]) -> dict[str
         taken: set[int] = set()
         for m in members:
             arrived = claims[m].arrived()
-            # hand over first what another member has warmed, then the longest held
-            rank = {p: (bool(warm_at.get((n, p), set()) - {m}), -arrived.get((n, p), 0), p)
-                    for p in kept[m]}  # fmt: skip
-            for p in sorted(kept[m], key=rank.__getitem__)[: share[m]]:
+            newest = sorted(kept[m], key=lambda p: (-arrived.get((n, p), 0), p))
+            for p in newest[: share[m]]:
                 out[m].add((n, p))
                 taken.add(p)
-        free = [p for p in range(n) if p not in taken]
-        for warm_first in (True, False):
-            for m in order:
-                for p in list(free):
-                    if sum(1 for u in out[m] if u[0] == n) >= share[m]:
-                        break
-                    if not warm_first or (n, p) in claims[m].warm:
-                        out[m].add((n, p))
-                        free.remove(p)
+        free = iter(p for p in range(n) if p not in taken)
+        for m in order:
+            while sum(1 for u in out[m] if u[0] == n) < share[m]:
+                out[m].add((n, next(free)))
     return out
-
-
-def defer_cold(
-    units: Mapping[str, set[Unit]], claims: Mapping[str, Claim]
-) -> tuple[dict[str, set[Unit]], dict[str, set[Unit]]]:
-    """``units`` with each *cold* member's units that another member validly holds left
-    with that holder, and those units as the cold member's warm-ups: (assignment,
-    warm-ups). Cold: validly holding nothing and reporting nothing warm. When every member
-    is cold (a group starting) nothing is deferred: there is no holder to wait for."""
-    holders = valid_holders(claims)
-    valid = set(holders.values())
-    cold = {m for m, c in claims.items() if not c.warm and m not in valid}
-    out = {m: set(us) for m, us in units.items()}
-    warmups: dict[str, set[Unit]] = {}
-    if len(cold) == len(claims):
-        return out, warmups
-    for m in sorted(cold):
-        for u in sorted(units.get(m, ())):
-            holder = holders.get(u)
-            if holder is not None and holder in out:
-                out[m].discard(u)
-                out[holder].add(u)
-                warmups.setdefault(m, set()).add(u)
-    return out, warmups
 
 
 def _claim(user_data: bytes) -> Claim:
@@ -177,46 +128,32 @@ def _claim(user_data: bytes) -> Claim:
             return Claim()
         units = frozenset((int(n), int(p)) for n, p in doc["units"])
         since = frozenset(((int(n), int(p)), int(e)) for n, p, e in doc.get("since", ()))
-        warm = frozenset((int(n), int(p)) for n, p in doc.get("warm", ()))
-        warmup = frozenset((int(n), int(p)) for n, p in doc.get("warmup", ()))
-        return Claim(int(doc["epoch"]), units, since, warm, warmup)
+        return Claim(int(doc["epoch"]), units, since)
     except (ValueError, KeyError, TypeError, AttributeError):
         return Claim()
 
 
 def _user_data(claim: Claim) -> bytes:
-    doc: dict[str, Any] = {
-        "v": FORMAT,
-        "epoch": claim.epoch,
-        "units": sorted(claim.units),
-        "since": sorted([n, p, e] for (n, p), e in claim.since),
-    }
-    if claim.warm:  # absent when empty: a member from before warm-ups reads the same
-        doc["warm"] = sorted(claim.warm)
-    if claim.warmup:
-        doc["warmup"] = sorted(claim.warmup)
-    return json.dumps(doc).encode()
+    units = sorted(claim.units)
+    since = sorted([n, p, e] for (n, p), e in claim.since)
+    return json.dumps({"v": FORMAT, "epoch": claim.epoch, "units": units, "since": since}).encode()
 
 
 class SlotAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
-    """``assign_units`` and ``defer_cold`` as an aiokafka assignor. One instance per
-    consumer: it remembers the units its member holds and has warmed (``warm``, set by the
-    worker), to report them at the next join, and the warm-ups it was asked for."""
+    """``assign_units`` as an aiokafka assignor. One instance per consumer: it remembers
+    the units its member holds, to report them at the next join."""
 
     name = "prism-slots"
     version = 0
 
     def __init__(self) -> None:
         self.held = Claim()
-        self.warm: frozenset[Unit] = frozenset()
 
     def metadata(self, topics: Iterable[str]) -> ConsumerProtocolMemberMetadata:  # type: ignore[override]
-        claim = replace(self.held, warm=self.warm, warmup=frozenset())
-        return ConsumerProtocolMemberMetadata(self.version, sorted(topics), _user_data(claim))
+        return ConsumerProtocolMemberMetadata(self.version, sorted(topics), _user_data(self.held))
 
     def on_assignment(self, assignment: ConsumerProtocolMemberAssignment) -> None:  # type: ignore[override]
         self.held = _claim(assignment.user_data)
-        self.warm -= self.held.units  # taken over; the worker sets the rest (``_standby``)
 
     def assign(  # type: ignore[override]
         self, cluster: Any, members: Mapping[str, ConsumerProtocolMemberMetadata]
@@ -237,7 +174,7 @@ class SlotAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
             by_count.setdefault(len(partitions), []).append(topic)
         claims = {m: _claim(md.user_data) for m, md in members.items()}
         epoch = max((c.epoch for c in claims.values()), default=0) + 1
-        units, warmups = defer_cold(assign_units(by_count, claims), claims)
+        units = assign_units(by_count, claims)
         out: dict[str, ConsumerProtocolMemberAssignment] = {}
         holders = valid_holders(claims)
         for m, held in units.items():
@@ -252,8 +189,6 @@ class SlotAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
             out[m] = ConsumerProtocolMemberAssignment(
                 self.version,
                 [(t, ps) for t, ps in layout if ps],
-                _user_data(
-                    Claim(epoch, frozenset(held), since, warmup=frozenset(warmups.get(m, ())))
-                ),
+                _user_data(Claim(epoch, frozenset(held), since)),
             )
         return out

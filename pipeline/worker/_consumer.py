@@ -18,9 +18,6 @@ consumer with public calls only:
   two members joining at once rebalanced in a loop for minutes that way;
 - auto-commit off, and an explicit session timeout (``Settings.consumer_session_timeout_s``):
   a paused process loses its partitions after it, and its writes are fenced;
-- warm-ups (``warmup``, ``warmed``): the assignor leaves the slots a joining member would
-  take with their holders until it has read their state ahead (``_standby``); it then
-  rejoins by subscribing again to the same topics, aiokafka's public way to rejoin;
 - ``epoch`` counts the group's callbacks (revocations and assignments), for logs and tests.
 
 Example::
@@ -44,7 +41,6 @@ from aiokafka.abc import ConsumerRebalanceListener
 from ..core import InRecord
 from ..retry import retry_transient
 from ..settings import Settings
-from ._assignor import SlotAssignor
 from ._records import in_record
 
 __all__ = [
@@ -114,15 +110,6 @@ class GroupConsumer(Protocol):
     async def committed(
         self, tps: Collection[TopicPartition]
     ) -> dict[TopicPartition, tuple[int, str]]: ...
-
-    def warmup(self) -> set[TopicPartition]:
-        """The partitions the last assignment asks this member to read ahead (``_standby``):
-        another member holds them until this one reports them read (``warmed``)."""
-        ...
-
-    def warmed(self, tps: Collection[TopicPartition], *, rejoin: bool) -> None:
-        """Report ``tps`` read ahead at the next join, and (``rejoin``) ask for one now."""
-        ...
 
     async def stop(self) -> None: ...
 
@@ -210,9 +197,6 @@ class KafkaGroupConsumer:
         self._turn = 0  # where the next fair take starts (``_fair_take``)
         self._consumer: Any = None
         self._admin: Any = None
-        self._assignor: SlotAssignor | None = None
-        self._topics: list[str] = []
-        self._listener: _Listener | None = None
 
     @classmethod
     def of(cls, settings: Settings, group: str, kafka_kwargs: dict[str, Any]) -> KafkaGroupConsumer:
@@ -229,15 +213,16 @@ class KafkaGroupConsumer:
     async def start(self, topics: Collection[str], handler: RebalanceHandler) -> None:
         from aiokafka import AIOKafkaConsumer
 
+        from ._assignor import SlotAssignor
+
         session_ms = int(self.session_timeout_s * 1000)
-        assignor = SlotAssignor()
         consumer = AIOKafkaConsumer(
             group_id=self.group,
             group_instance_id=self.instance_id,
             enable_auto_commit=False,
             auto_offset_reset="earliest",
             isolation_level="read_committed",
-            partition_assignment_strategy=(assignor,),  # one: see the module docstring
+            partition_assignment_strategy=(SlotAssignor(),),  # one: see the module docstring
             session_timeout_ms=session_ms,
             heartbeat_interval_ms=max(100, session_ms // 3),
             rebalance_timeout_ms=max(60_000, session_ms),
@@ -251,9 +236,7 @@ class KafkaGroupConsumer:
             what=f"starting the consumer of group {self.group}",
             bootstrap=str(self.kwargs.get("bootstrap_servers", "")),
         )
-        self._topics, self._listener = sorted(topics), _Listener(self, handler)
-        self._assignor = assignor
-        consumer.subscribe(topics=self._topics, listener=self._listener)
+        consumer.subscribe(topics=list(topics), listener=_Listener(self, handler))
         self._consumer = consumer
 
     async def fetch(self, max_records: int, timeout_s: float) -> Fetched:
@@ -304,28 +287,6 @@ class KafkaGroupConsumer:
                 if left <= 0:
                     break
         return out
-
-    def _count(self, topic: str) -> int | None:
-        parts = self._consumer.partitions_for_topic(topic) if self._consumer else None
-        return len(parts) if parts else None
-
-    def warmup(self) -> set[TopicPartition]:
-        if self._assignor is None:
-            return set()
-        units = self._assignor.held.warmup
-        return {TopicPartition(t, p) for t in self._topics for n, p in units
-                if self._count(t) == n}  # fmt: skip
-
-    def warmed(self, tps: Collection[TopicPartition], *, rejoin: bool) -> None:
-        """A rejoin is a new subscription to the same topics (aiokafka's public way to
-        rejoin: its coordinator rejoins when the subscription changes)."""
-        if self._assignor is None or self._consumer is None:
-            return
-        units = {(n, tp.partition) for tp in tps if (n := self._count(tp.topic)) is not None}
-        self._assignor.warm = frozenset(units) - self._assignor.held.units
-        if rejoin:
-            log.info("rejoining the group with %d units read ahead", len(self._assignor.warm))
-            self._consumer.subscribe(topics=self._topics, listener=self._listener)
 
     def seek(self, tp: TopicPartition, offset: int) -> None:
         if self._consumer is not None:  # None: stopping, the next owner seeks for itself

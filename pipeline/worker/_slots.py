@@ -11,8 +11,7 @@ rebalance callback) every assigned slot gets a new transactional producer first,
 fences whoever wrote for it before (``_checkpoint``). Then each slot is either kept (this
 process held it before the rebalance and the group's committed offsets still carry this
 process's last commit token: nobody committed for it in between) or restored: its state
-topic partition read back to its end, read committed (``_state.StateReader``; from a
-read-ahead's snapshot on, when the slot was a warm-up: ``_standby``), the lanes
+topic partition read back to its end, read committed (``_state.StateReader``), the lanes
 loaded from it and each partition sought to the position in its ``SlotState``. Nothing
 waits on a table recovery: a rebalance that keeps a slot costs one offsets request.
 """
@@ -44,7 +43,6 @@ from ._consumer import GroupConsumer, check_copartitioned
 from ._lanes import CHANNEL_LANE
 from ._produce import ProducedRecord
 from ._slotstate import KEY, SlotState, next_generation
-from ._standby import Standby
 from ._state import StateReader
 
 __all__ = ["Slot", "Slots", "check_state_size", "slot_of"]
@@ -112,7 +110,6 @@ class Slots:
         self.forwarded_from: Counter[int] = Counter()  # source partition -> records forwarded
         self._patterns: set[str] = set()  # producer patterns warned about
         self.fenced_at: dict[int, float] = {}  # slot -> when its commit was fenced
-        self.standby: Standby | None = None  # slots read ahead (``_standby``)
         # a lane output's spend records for the budget desk (budgets on), before its report
         self.spend: Callable[[Output], list[OutRecord]] | None = None
 
@@ -182,9 +179,7 @@ class Slots:
         self, partitions: list[int], committed: Mapping[TopicPartition, tuple[int, str]]
     ) -> None:
         started = time.monotonic()
-        ahead = {p: s for p in partitions if self.standby and (s := self.standby.take(p))}
-        snapshots = await self.reader.read_snapshots(partitions, ahead)
-        states = {p: snapshot.state for p, snapshot in snapshots.items()}
+        states = await self.reader.read_many(partitions)
         read_s = time.monotonic() - started
         for p in partitions:  # parsing a large state takes seconds: off the event loop
             loading = time.monotonic()
@@ -206,9 +201,8 @@ class Slots:
             runs = sum(proc.size for lane in slot.lanes for proc in self.intake.lane(lane))
             log.info(
                 "slot %d: restored %d runs or channel operations (%d state records of "
-                "%d slots read in %.1fs%s, loaded in %.1fs)",
-                p, runs, len(states.get(p, {})), len(partitions), read_s,
-                ", caught up from a read-ahead" if p in ahead else "", load_s,
+                "%d slots read in %.1fs, loaded in %.1fs)",
+                p, runs, len(states.get(p, {})), len(partitions), read_s, load_s,
             )  # fmt: skip
         self.restores.append(time.monotonic() - started)
 
@@ -247,9 +241,6 @@ class Slots:
         """The slots' figures for the worker's stats file."""
         return {
             "state_restore_s": [round(s, 3) for s in self.restores[-100:]],
-            "warmup_s": [
-                round(s, 3) for s in (self.standby.warmups[-100:] if self.standby else [])
-            ],
             "slots_kept": self.kept,
             "forwarded": {str(p): n for p, n in sorted(self.forwarded_from.items())},
             "slots": sorted(self.held),

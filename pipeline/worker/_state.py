@@ -9,13 +9,6 @@ with a group-less, read-committed consumer from its first offset to the end offs
 at that moment (``StateReader.read``; the last write of a key wins, an empty value deletes
 it): only committed transactions count, and the read ends, whatever else moves. Its time
 is bounded by the topic's compaction (``topics.COMPACTED``): SCALING.md, "Rebalances".
-
-A read can start from an earlier read's ``Snapshot`` (``read_snapshots``): the records
-from the snapshot's end offset on are applied to its keys, which gives what a read from
-the first offset gives (every record below the end offset was decided, committed or
-aborted, when the snapshot was read: the end offset of a read-committed consumer is the
-last stable offset), provided the deletes since are still in the log: compaction keeps
-a delete for ``delete.retention.ms`` (a day by default), far beyond ``SNAPSHOT_MAX_AGE_S``.
 """
 
 from __future__ import annotations
@@ -23,31 +16,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from collections.abc import Collection
 from typing import Any
 
 from ..retry import retry_transient
 
-__all__ = ["SNAPSHOT_MAX_AGE_S", "Snapshot", "StateReader", "stop_quietly"]
+__all__ = ["StateReader", "stop_quietly"]
 
 log = logging.getLogger("prism.worker")
 
 _POLL_MS = 500
 _FETCH_BYTES = 16 * 1024 * 1024  # per partition and fetch (aiokafka's default is 1 MiB)
-SNAPSHOT_MAX_AGE_S = 600.0
-"""The oldest snapshot a read starts from; an older one is read again from the start (its
-catch-up would be long, and a delete it needs must still be in the log)."""
-
-
-@dataclass(slots=True)
-class Snapshot:
-    """A partition's live keys and their last values, as of offset ``end`` (read at
-    ``at``, monotonic seconds)."""
-
-    state: dict[bytes, bytes]
-    end: int
-    at: float
 
 
 class StateReader:
@@ -67,37 +46,22 @@ class StateReader:
     async def read_many(self, partitions: Collection[int]) -> dict[int, dict[bytes, bytes]]:
         """``read`` of several partitions in one assignment (a rebalance hands a worker
         several at once: one re-assignment of the reader, not one per partition)."""
-        snapshots = await self.read_snapshots(partitions)
-        return {p: s.state for p, s in snapshots.items()}
-
-    async def read_snapshots(
-        self, partitions: Collection[int], since: Mapping[int, Snapshot] | None = None
-    ) -> dict[int, Snapshot]:
-        """``read_many`` as snapshots, each partition with one in ``since`` (younger than
-        ``SNAPSHOT_MAX_AGE_S``) read from that one's end on, into it (see the module
-        docstring); the others from their first offset."""
         wanted = sorted(set(partitions))
         if not wanted:
             return {}
-        now = time.monotonic()
-        bases = {p: s for p, s in (since or {}).items()
-                 if p in wanted and now - s.at <= SNAPSHOT_MAX_AGE_S}  # fmt: skip
         return await retry_transient(
-            lambda: self._read(wanted, bases),
+            lambda: self._read(wanted),
             what=f"reading the state of {self.topic}{wanted}",
             bootstrap=str(self.kwargs.get("bootstrap_servers", "")),
             deadline=self.timeout_s,
         )
 
-    async def _read(
-        self, partitions: list[int], bases: Mapping[int, Snapshot]
-    ) -> dict[int, Snapshot]:
+    async def _read(self, partitions: list[int]) -> dict[int, dict[bytes, bytes]]:
         from aiokafka import AIOKafkaConsumer, TopicPartition
 
         started = time.monotonic()
         tps = {TopicPartition(self.topic, p): p for p in partitions}
-        # a copy of each base: a failed try (retried) must start from the base again
-        states = {p: dict(bases[p].state) if p in bases else {} for p in partitions}
+        states: dict[int, dict[bytes, bytes]] = {p: {} for p in partitions}
         count = 0
         try:
             if self._consumer is None:
@@ -114,9 +78,6 @@ class StateReader:
             consumer.assign(list(tps))
             starts = await consumer.beginning_offsets(list(tps))
             ends = await consumer.end_offsets(list(tps))
-            for tp, p in tps.items():
-                if p in bases:
-                    starts[tp] = max(starts[tp], bases[p].end)
             left = {tp for tp in tps if ends[tp] > starts[tp]}
             for tp in left:
                 consumer.seek(tp, starts[tp])
@@ -141,7 +102,7 @@ class StateReader:
             await self.close()
             raise
         self.last_read = (len(partitions), count, time.monotonic() - started)
-        return {p: Snapshot(states[p], ends[tp], started) for tp, p in tps.items()}
+        return states
 
     async def close(self) -> None:
         consumer, self._consumer = self._consumer, None

@@ -2,8 +2,7 @@
 
 Three worker subprocesses share a group; while the fleet flows, one is SIGKILLed (its
 partitions move to the others after the session timeout, its uncommitted batch is
-delivered again) and a fourth joins (it reads its share of the slots ahead before the
-group hands them over). Each worker writes its own embedded ledger (chDB has
+delivered again) and a fourth joins. Each worker writes its own embedded ledger (chDB has
 one owner per path); folded together, as one ClickHouse server would hold them, they
 equal the simulator's manifest. Every worker must have applied events of its own.
 """
@@ -30,7 +29,6 @@ pytestmark = [pytest.mark.integration]
 
 COUNT = "SELECT count() AS n FROM prism.run_events_store"
 CRASH = re.compile(r"Crashed reason=[^\n]*")
-RESTORED = re.compile(r"slot \d+: restored [^\n]*")
 
 
 def _wait_applied(settings: Settings, timeout: float) -> None:
@@ -89,12 +87,6 @@ def test_three_workers_one_killed_one_added_keep_the_ledger_exact(lab: FaultLab)
     # restarted by its supervisor; it is still a defect, so any crash fails here.
     crashes = {n: CRASH.findall(w.log_path.read_text(errors="replace")) for n, w in workers.items()}
     assert not any(crashes.values()), f"stream agents crashed: {crashes}"
-    # w4 joined a group whose two members held every slot: it read its share ahead, and
-    # took each slot over by catching up from that read (``_standby``), none cold
-    restores = RESTORED.findall(workers["w4"].log_path.read_text(errors="replace"))
-    assert restores, "w4 restored no slot"
-    assert all("caught up from a read-ahead" in r for r in restores), restores
-    assert json.loads((settings["w4"].state_dir / "worker-stats.json").read_text())["warmup_s"]
     applied = {n: int(subprocess_query(settings[n].clickhouse_dsn)(COUNT)[0]["n"]) for n in names}
     assert all(applied[n] > 0 for n in names), f"a worker never applied an event: {applied}"
     for n in names[1:]:

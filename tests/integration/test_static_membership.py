@@ -54,18 +54,12 @@ Seen = list[tuple[str, frozenset[TopicPartition]]]
 
 async def _fetching(c: KafkaGroupConsumer, live: list[KafkaGroupConsumer]) -> None:
     """Polls as a worker does while ``c`` is in ``live`` (a member in a rebalance waits in
-    its fetch, alone), and reports its warm-ups read as soon as it is asked for them (a
-    worker reads their state first: ``_standby``)."""
-    reported: set[TopicPartition] = set()
+    its fetch, alone)."""
     while c in live:
         try:
             await c.fetch(100, 0.05)
         except Exception:  # stopped under the loop
             return
-        asked = c.warmup()
-        if asked and asked != reported:
-            reported = asked
-            c.warmed(asked, rejoin=True)
         await asyncio.sleep(0.05)
 
 

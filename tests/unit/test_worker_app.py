@@ -32,7 +32,6 @@ from prism.pipeline.worker._app import PipelineWorker
 from prism.pipeline.worker._checkpoint import Fenced, SlotCommit
 from prism.pipeline.worker._consumer import CoPartitioningError, Fetched, check_copartitioned
 from prism.pipeline.worker._slotstate import KEY, SlotState
-from prism.pipeline.worker._state import Snapshot
 from prism.runtime.simulator import FleetConfig, simulate
 
 
@@ -108,11 +107,6 @@ class _Consumer:
     def highwater(self, tp: TopicPartition) -> int | None:
         return self.ends.get(tp)
 
-    def warmup(self) -> set[TopicPartition]:
-        return set()
-
-    def warmed(self, tps: Collection[TopicPartition], *, rejoin: bool) -> None: ...
-
     async def positions(self, tps: Collection[TopicPartition]) -> dict[TopicPartition, int]:
         return {}
 
@@ -162,12 +156,11 @@ def _worker(tmp_path: Any, broker: _Broker, name: str = "a", partitions: int = 1
         transactions=_Transactions(broker),  # type: ignore[arg-type]
     )
 
-    async def read_snapshots(partitions: Any, since: Any = None) -> dict[int, Snapshot]:
+    async def read_many(partitions: Any) -> dict[int, dict[bytes, bytes]]:
         broker.steps.append(("restore", sorted(partitions)))
-        state = {p: dict(broker.state.get((w.slots.changelog, p), {})) for p in partitions}
-        return {p: Snapshot(s, len(s), 0.0) for p, s in state.items()}
+        return {p: dict(broker.state.get((w.slots.changelog, p), {})) for p in partitions}
 
-    w.slots.reader.read_snapshots = read_snapshots  # type: ignore[method-assign]
+    w.slots.reader.read_many = read_many  # type: ignore[method-assign]
     return w
 
 

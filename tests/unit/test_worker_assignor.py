@@ -1,6 +1,5 @@
-"""The group's assignor: slots whole, balanced, kept by their owners through changes of
-membership, and handed to a joining member only once it has read them ahead
-(``pipeline/worker/_assignor.py``)."""
+"""The group's assignor: slots whole, balanced, and kept by their owners through changes
+of membership (``pipeline/worker/_assignor.py``)."""
 
 from __future__ import annotations
 
@@ -14,14 +13,7 @@ from aiokafka.coordinator.protocol import (
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.worker._assignor import (
-    Claim,
-    SlotAssignor,
-    Unit,
-    assign_units,
-    defer_cold,
-    valid_holders,
-)
+from pipeline.worker._assignor import Claim, SlotAssignor, Unit, assign_units
 from pipeline.worker._consumer import check_copartitioned
 
 SLOT_TOPICS = ["in", "in.repartition", "ops", "ops.repartition"]
@@ -67,18 +59,6 @@ class Group:
     def moved(self, before: dict[str, set[int]]) -> int:
         return sum(len(self.held.get(m, set()) - before.get(m, set())) for m in self.held)
 
-    def warmups(self, m: str) -> set[int]:
-        return {p for n, p in self.members[m].held.warmup if n == 12}
-
-    def warm_up(self) -> dict[str, set[int]]:
-        """What a worker does with its warm-ups: read them ahead, report them warm and
-        rejoin (``_standby``). The slots each member was asked to warm up."""
-        asked = {m: self.warmups(m) for m in self.members if self.members[m].held.warmup}
-        for m in asked:
-            self.members[m].warm = self.members[m].held.warmup
-        self.rebalance()
-        return asked
-
 
 def test_a_slot_is_given_whole_and_the_single_partition_topic_to_one_member() -> None:
     g = Group()
@@ -105,15 +85,10 @@ def test_a_member_leaving_or_joining_moves_only_the_slots_that_must_move() -> No
         assert before[m] <= g.held[m]
 
     before = {m: set(s) for m, s in g.held.items()}
-    g.members["m0"] = SlotAssignor()  # a new worker: a new member id, sorted first
+    g.members["m0"] = SlotAssignor()  # a restarted worker: a new member id, sorted first
     g.rebalance()
-    assert g.moved(before) == 0 and g.held["m0"] == set()  # cold: it reads ahead first
-    assert len(g.warmups("m0")) == 4
-    asked = g.warm_up()
     assert sorted(len(s) for s in g.held.values()) == [4, 4, 4]
     assert g.moved(before) == 4  # the newcomer's share, and nothing else
-    assert g.held["m0"] == asked["m0"]  # the very slots it read ahead
-    assert g.members["m0"].held.warmup == frozenset()
     for m in before:
         assert g.held[m] <= before[m]
 
@@ -129,8 +104,6 @@ def test_a_zombie_waking_with_an_old_epoch_claims_nothing_its_successors_hold() 
     taken_over = {m: set(s) for m, s in g.held.items()}
     g.members["z"] = zombie  # wakes, rejoins still reporting its old slots
     g.rebalance()
-    assert g.held["z"] == set() and g.held["a"] | g.held["b"] == set(range(12))  # cold
-    g.warm_up()
     assert g.held["z"] and len(g.held["z"]) == 4
     for m in ("a", "b"):
         assert g.held[m] <= taken_over[m]
@@ -161,8 +134,6 @@ def test_a_member_over_its_share_hands_over_the_slots_it_has_held_longest() -> N
     assert all(len(arrived[m]) == 2 for m in ("a", "b"))
     g.members["c"] = gone  # back (its old claim is stale): a and b are over their share
     g.rebalance()
-    assert g.held["c"] == set()  # cold: it reads ahead first
-    g.warm_up()
     for m in ("a", "b"):  # the slots that just moved stay; two settled ones go to c
         assert arrived[m] <= g.held[m]
         assert len(settled[m] - g.held[m]) == 2
@@ -223,98 +194,3 @@ def test_every_unit_goes_to_one_member_balanced_and_valid_claims_are_kept(
             order = {u: (-arrived[u], u[1]) for u in valid[m]}
             kept, handed = mine & valid[m], valid[m] - mine
             assert all(order[k] < order[h] for k in kept for h in handed)
-
-
-def test_a_cold_member_gets_at_once_the_slots_nobody_holds() -> None:
-    """A worker killed and replaced by a new one: its slots have no holder to wait for."""
-    g = Group()
-    for m in ("a", "b", "c"):
-        g.members[m] = SlotAssignor()
-    g.rebalance()
-    before = {m: set(s) for m, s in g.held.items()}
-    del g.members["c"]
-    g.members["d"] = SlotAssignor()  # joins in the same rebalance as c's eviction
-    g.rebalance()
-    assert g.held["d"] == before["c"] and g.warmups("d") == set()
-    assert all(g.held[m] == before[m] for m in ("a", "b"))
-
-
-def test_a_warm_member_is_handed_the_slots_it_warmed_as_far_as_balance_allows() -> None:
-    g = Group()
-    for m in ("a", "b"):
-        g.members[m] = SlotAssignor()
-    g.rebalance()  # a: 0-5, b: 6-11
-    g.members["c"] = SlotAssignor()
-    g.rebalance()
-    g.members["c"].warm = frozenset({(12, 0), (12, 1), (12, 6), (12, 11)})  # not its asks
-    g.rebalance()
-    assert g.held["c"] == {0, 1, 6, 11}  # two from each, the ones it warmed
-    assert sorted(len(s) for s in g.held.values()) == [4, 4, 4]
-    # three warmed of one member's: balance has it hand over two, so two of them move
-    g = Group()
-    for m in ("a", "b"):
-        g.members[m] = SlotAssignor()
-    g.rebalance()
-    g.members["c"] = SlotAssignor()
-    g.members["c"].warm = frozenset({(12, 0), (12, 1), (12, 2)})
-    g.rebalance()
-    assert len(g.held["c"] & {0, 1, 2}) == 2 and len(g.held["c"]) == 4
-
-
-def test_a_member_reporting_warm_units_is_not_cold() -> None:
-    claims = {
-        "a": Claim(3, frozenset((12, p) for p in range(12))),
-        "b": Claim(0, warm=frozenset({(12, 1)})),
-    }
-    units, warmups = defer_cold(assign_units([12], claims), claims)
-    assert warmups == {} and (12, 1) in units["b"] and len(units["b"]) == 6
-
-
-@st.composite
-def warm_claim_st(draw: st.DrawFn) -> Claim:
-    return Claim(
-        draw(st.integers(0, 4)),
-        draw(st.frozensets(st.tuples(st.sampled_from([1, 12]), st.integers(0, 11)))),
-        warm=draw(st.frozensets(st.tuples(st.just(12), st.integers(0, 11)), max_size=4)),
-    )
-
-
-@settings(max_examples=300, deadline=None)
-@given(claims=st.dictionaries(st.sampled_from([f"m{i}" for i in range(5)]), warm_claim_st(),
-                              min_size=1))  # fmt: skip
-def test_a_cold_member_is_handed_no_unit_another_member_holds_and_warms_it_instead(
-    claims: dict[str, Claim],
-) -> None:
-    counts = [1, 12]
-    target = assign_units(counts, claims)
-    out, warmups = defer_cold(target, claims)
-    given_units = Counter(u for units in out.values() for u in units)
-    assert set(given_units) == {(n, p) for n in counts for p in range(n)}
-    assert set(given_units.values()) == {1}  # still every unit once
-    holders = valid_holders(claims)
-    cold = {m for m, c in claims.items() if not c.warm and m not in holders.values()}
-    if cold == set(claims):  # a group starting: nothing to wait for
-        assert out == target and warmups == {}
-        return
-    for m in claims:
-        if m not in cold:
-            assert m not in warmups and target[m] <= out[m]
-            continue
-        mine = warmups.get(m, set())
-        assert out[m] | mine == target[m] and not out[m] & mine
-        assert all(holders.get(u) not in (None, m) for u in mine)  # held by another
-        assert all(holders.get(u) is None for u in out[m])  # nobody held these
-        assert all(u in out[holders[u]] for u in mine)  # its holder keeps it meanwhile
-    # a member over its share hands over the units others warmed before any other
-    for m in claims:
-        if m in cold:
-            continue
-        for n in counts:
-            valid = {u for u, h in holders.items() if h == m and u[0] == n}
-            handed = valid - target[m]
-            kept = valid & target[m]
-            warmed_elsewhere = {
-                u for u in valid if any(u in claims[o].warm for o in claims if o != m)
-            }
-            if handed - warmed_elsewhere:  # it handed over one nobody warmed: it kept none
-                assert not kept & warmed_elsewhere
