@@ -96,6 +96,9 @@ class StateReader:
                 for tp in list(left):
                     if await consumer.position(tp) >= ends[tp]:
                         left.discard(tp)
+            # unassigned between reads: its fetcher would otherwise hold a fetch of each
+            # partition past the end (up to _FETCH_BYTES each) until the next read
+            consumer.unsubscribe()
         except asyncio.CancelledError:
             raise
         except Exception:  # a broken connection: a new consumer on the next try
