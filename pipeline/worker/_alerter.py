@@ -15,17 +15,26 @@ state writes go in the same transaction.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from aiokafka import TopicPartition
 
-from prism.schemas import LedgerBatch
+from prism.schemas import AlertRow, LedgerBatch
 
-from ..core import CoreConfig, ExhaustionAlerter, Output, alert_record, decode_alerter_input
+from ..core import (
+    CoreConfig,
+    ExhaustionAlerter,
+    InRecord,
+    Output,
+    alert_record,
+    decode_alerter_input,
+)
 from ..settings import Settings
 from ._budget_desk import WorkerBudgetDesk
-from ._checkpoint import SlotCommit
+from ._checkpoint import ALERTER, Checkpoint, SlotCommit, Transactions
+from ._consumer import GroupConsumer
 from ._produce import ProducedRecord
 from ._state import StateReader
 
@@ -37,17 +46,68 @@ STATE_KEY = b"alerter"  # the alerter's one key in its changelog
 
 
 class AlertDesk:
-    """The alerter of a worker, its state read back and written by the worker itself."""
+    """The alerter of a worker, its state read back and written by the worker itself;
+    ``held`` while the group assigns the limit-deaths partition (``tp``) here."""
 
     def __init__(self, settings: Settings, config: CoreConfig) -> None:
         self.changelog = f"{settings.consumer_group}-alert-state-changelog"
         self.reader = StateReader(self.changelog, settings.aiokafka_kwargs())
         self.topic = settings.topics.limit_deaths
+        self.alerts_topic = settings.topics.alerts
+        self.tp = TopicPartition(self.topic, 0)
+        self.held = False
         self.partitions = settings.partitions
         self.config = config
         self.alerter: ExhaustionAlerter | None = None
         self.position: int | None = None  # the next offset of limit-deaths to step
         self.budgets = WorkerBudgetDesk(settings, config) if settings.budgets_file else None
+
+    async def take(self, consumer: GroupConsumer, transactions: Transactions) -> None:
+        """Hold the alerter: a new producer of its slot fences the last holder first, the
+        state is read back at the first step, the deaths from the committed offset on."""
+        await transactions.open(ALERTER)
+        self.forget()
+        self.held = True
+        done = await consumer.committed([self.tp])
+        self.position = done[self.tp][0] if done else None
+
+    async def give_up(self, transactions: Transactions) -> None:
+        """The partition was revoked: another process holds the alerter next."""
+        self.held = False
+        self.forget()
+        await transactions.close(ALERTER)
+
+    async def batch(
+        self,
+        records: list[InRecord],
+        checkpoint: Checkpoint,
+        store: Callable[[Output], None],
+        send: Callable[[list[AlertRow]], Awaitable[None]],
+    ) -> Output:
+        """Step the fetched ``records`` the alerter has not stepped, ``store`` the alerts
+        decided (in a thread), commit them with the state and the offset in the alerter's
+        transaction, then ``send`` them; fenced, the alerter is let go instead."""
+        start = self.position or 0  # a record below it was stepped (a stale fetch)
+        records = [r for r in records if r.offset >= start]
+        if not records or not self.held:
+            return Output()
+        first, last = records[0].offset, records[-1].offset
+        out = await self.step([r.value for r in records], first, last)
+        if out.ledger.alerts:
+            await asyncio.to_thread(store, out)
+        commit = self.commit_of(out, self.alerts_topic, last + 1)
+        if await checkpoint.commit({ALERTER: commit}):  # fenced: the holder moved on
+            self.held = False
+            self.forget()
+        elif out.ledger.alerts:
+            await send(out.ledger.alerts)
+        return out
+
+    async def markers(self, consumed: int | None, checkpoint: Checkpoint) -> None:
+        """Commit the partition's offset past transaction markers (``past_markers``)."""
+        commit = self.past_markers(consumed) if self.held else None
+        if commit is not None and await checkpoint.commit({ALERTER: commit}):
+            self.held = False  # fenced: the alerter is another process's
 
     async def step(self, values: Sequence[bytes | None], first: int, last: int) -> Output:
         """The deaths and lane reports of limit-deaths offsets ``first..last`` in; the rows
@@ -72,9 +132,9 @@ class AlertDesk:
             out.alerts.extend(alert_record(r) for r in rows)
         return out
 
-    def figures(self, held: bool) -> dict[str, object]:
-        """The alerter's clock for the worker's stats file (None: not ``held`` here)."""
-        a = self.alerter if held else None
+    def figures(self) -> dict[str, object]:
+        """The alerter's clock for the worker's stats file (None: not held here)."""
+        a = self.alerter if self.held else None
         return {
             "alerts_watermark_us": None if a is None else a.watermark_us,
             "alerts_decided_us": None if a is None else a.decided_us,

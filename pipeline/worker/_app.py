@@ -8,10 +8,13 @@ Wiring only; each part is a module of its own:
   repartition topics), their restore on assignment and their share of each commit;
 - ``_checkpoint``: the commit sequence (ledger, then one Kafka transaction per slot with
   its outputs, state and offsets) and what a crash between two steps leaves;
-- ``core.Intake`` / ``core.store_isolating``: parse, run semantics, poison isolation;
-- ``_alerter``: the one exhaustion alerter on the single ``limit-deaths`` partition;
+- ``_step``: step 1 in the step thread: ``core.Intake`` through ``core.store_isolating``
+  (parse, run semantics, poison isolation), then the ledger's acknowledgement;
+- ``_alerter``: the one exhaustion alerter on the single ``limit-deaths`` partition,
+  while this process holds it (its take-over, batches, commits and give-up);
 - ``_marks``: every lane's event-time report, for one watermark across processes;
-- ``_watch``: positions against ends: read-backs, lane reports, progress rows;
+- ``_watch``: positions against ends: which fetched records to step, read-backs, lane
+  reports, progress rows;
 - ``_notify``: the alert sinks a committed batch's alerts go to;
 - ``_pace``: how many records a fetch may take (a take-over waits for the batch in hand).
 
@@ -41,21 +44,21 @@ from typing import Any
 from aiokafka import TopicPartition
 
 from .._store import LedgerSink, LedgerStore, LedgerUnavailable
-from ..core import InRecord, Intake, Output, PermanentStoreError, store_isolating
+from ..core import InRecord, Intake, Output, PermanentStoreError
 from ..settings import Settings
 from ._alerter import AlertDesk
 from ._budget_desk import LaneSpend
-from ._checkpoint import ALERTER, Checkpoint, Transactions
+from ._checkpoint import Checkpoint, Transactions
 from ._consumer import Fetched, GroupConsumer, KafkaGroupConsumer
 from ._gc import GcPolicy
-from ._lanes import source_of
 from ._loopwatch import Laps, LoopWatch
 from ._marks import LaneMarks
 from ._notify import AlertSink, Notifiers
 from ._pace import BatchPace
 from ._records import die
-from ._slots import Slots, check_state_size, slot_of
+from ._slots import Slots, slot_of
 from ._state import StateReader
+from ._step import StepThread
 from ._telemetry import WorkerTelemetry
 from ._watch import PartitionWatch
 
@@ -111,13 +114,16 @@ class PipelineWorker:
             t, settings.partitions, changelog, self.intake, self.consumer,
             StateReader(changelog, kw), self.transactions, self.checkpoint,
         )  # fmt: skip
-        self.watch = PartitionWatch(
-            settings, self.slots, self.consumer, self.intake, self.stats, self._worker_id
+        self.telemetry = WorkerTelemetry(settings.state_dir / "worker-stats.json")
+        self.step_thread = StepThread(
+            self.intake, self.store, self.telemetry, settings.max_state_bytes, clock
         )
+        self.watch = PartitionWatch(settings, self.slots, self.consumer, self.intake,
+                                    self.stats, self._worker_id, self.telemetry.lag)  # fmt: skip
         self.alerts = AlertDesk(settings, self.intake.config)
         if settings.budgets_file is not None:  # every lane's billed spend to the budget desk
             self.slots.spend = LaneSpend(prices)
-        self._deaths, self._deaths_held = TopicPartition(t.limit_deaths, 0), False
+        self._deaths = self.alerts.tp
         self._assigned: set[TopicPartition] | None = None  # to take over (``take_over``)
         self.marks = LaneMarks(
             t.lane_marks, kw, idle_expiry_s=settings.consumer_session_timeout_seconds
@@ -126,7 +132,6 @@ class PipelineWorker:
         self._stepping = False  # a batch or tick in hand: a revocation is settled after it
         self._revoking: set[TopicPartition] = set()  # revoked, not settled yet
         self.gc = GcPolicy()
-        self.telemetry = WorkerTelemetry(settings.state_dir / "worker-stats.json")
         self._tick_interval = max(1.0, settings.batch_max_seconds)
         self.rebalances, session_s = 0, settings.consumer_session_timeout_seconds
         self.pace = BatchPace(settings.batch_max_events, target_s=session_s / 4)
@@ -216,9 +221,7 @@ class PipelineWorker:
             return
         self.slots.revoked(tps)
         if self._deaths in tps:
-            self._deaths_held = False
-            self.alerts.forget()
-            await self.transactions.close(ALERTER)
+            await self.alerts.give_up(self.transactions)
 
     async def assigned(self, tps: set[TopicPartition]) -> None:
         """Only note ``tps``, paused: aiokafka sends no heartbeat until this returns, and a
@@ -240,49 +243,24 @@ class PipelineWorker:
             try:
                 await self.slots.assigned(tps)
                 if self._deaths in tps:
-                    await self.transactions.open(ALERTER)  # fences the last holder first
-                    self.alerts.forget()  # read back at its first step
-                    self._deaths_held = True
-                    done = await self.consumer.committed([self._deaths])
-                    self.alerts.position = done[self._deaths][0] if done else None
+                    await self.alerts.take(self.consumer, self.transactions)
             except Exception:
                 die("taking over the assigned partitions failed", log)
             self.consumer.resume(tps)
             self._report_figures()
-            held, alerter = sorted(self.slots.held), " and the alerter" * self._deaths_held
+            held, alerter = sorted(self.slots.held), " and the alerter" * self.alerts.held
             log.info("assigned slots %s%s", held, alerter)
 
     async def _batch(self, fetched: dict[TopicPartition, list[InRecord]]) -> None:
-        start = self.alerts.position or 0  # a record below it was stepped (a stale fetch)
-        deaths = [r for r in fetched.pop(self._deaths, []) if r.offset >= start]
-        if deaths and self._deaths_held:
-            await self._alert_batch(deaths)
+        deaths = fetched.pop(self._deaths, [])
+        if deaths:
+            alerted = await self.alerts.batch(
+                deaths, self.checkpoint, self.store, self.notifiers.send
+            )
+            self.stats.update(alerted.stats)
             self.laps.lap("the alerter's batch")
-        steps: dict[bool, dict[int, list[InRecord]]] = {False: {}, True: {}}
-        after: dict[TopicPartition, int] = {}
-        for tp, recs in sorted(fetched.items()):
-            slot = self.slots.held.get(tp.partition)
-            lane = self.slots.lane_of(tp)
-            if slot is None or lane is None:
-                continue  # not held (any more): its owner reads it
-            forwarded = self.slots.forwarded(tp)
-            dropper = None if forwarded else self.drop_fetched
-            if dropper is not None and dropper(tp.topic, tp.partition, recs):
-                continue
-            pos = slot.positions.get(tp)
-            ins = [r for r in recs if pos is None or r.offset >= pos]
-            if not ins:
-                continue
-            if pos is not None and ins[0].offset > pos and not forwarded:  # markers there
-                ins = await self.watch.fill(tp, pos, ins[0].offset) + ins
-                self.laps.lap("reading back")
-            steps[forwarded].setdefault(lane, []).extend(ins)
-            after[tp] = ins[-1].offset + 1
-            end = self.consumer.highwater(tp)
-            waiting = end is not None and end > after[tp]
-            self.intake.behind(lane, waiting, forwarded=forwarded)
-            if tp.topic == self.topics.input:  # the lag metric is the input's, per partition
-                self.telemetry.lag[tp.partition] = max(0, (end or 0) - after[tp])
+        steps, after = await self.watch.route(fetched, self.drop_fetched)
+        self.laps.lap("routing and reading back")
         if not after:
             return
         size = sum(len(r) for s in steps.values() for r in s.values())
@@ -294,7 +272,7 @@ class PipelineWorker:
         with self.telemetry.batch_span(size, traceparents), self.telemetry.insert_span(size):
             for forwarded, batches in steps.items():
                 if batches:
-                    step = functools.partial(self._step_and_store, batches, parts, forwarded)
+                    step = functools.partial(self.step_thread.step, batches, parts, forwarded)
                     out.extend(await asyncio.to_thread(step))
         self.laps.lap("step and ledger")
         self.telemetry.acknowledged(out.event_ts)
@@ -304,33 +282,6 @@ class PipelineWorker:
         self.laps.lap("transactions")
         await self._after(out)
         self.laps.lap("alert sinks")
-
-    def _step_and_store(
-        self, batches: dict[int, list[InRecord]], parts: dict[int, Output], forwarded: bool
-    ) -> Output:
-        """Steps 1 of the checkpoint, in the step thread: the intake step and the ledger's
-        acknowledgement; ``forwarded``: the batches are repartition-topic copies."""
-        started = time.perf_counter()
-        mine: dict[int, Output] = {}
-        try:
-            return store_isolating(
-                self.intake, batches, self.clock(), self._store_bounded, mine, forwarded=forwarded
-            )
-        finally:
-            for lane, part in mine.items():
-                parts.setdefault(lane, Output()).extend(part)
-            self.telemetry.stage("step_thread", time.perf_counter() - started)
-
-    def _store_bounded(self, out: Output) -> None:
-        """Refuse a step that would leave a state larger than one changelog record holds
-        (before any insert), so ``store_isolating`` dead-letters the record that makes it
-        so (``unstorable``) and the partition moves on (rule 15); else store."""
-        check_state_size(out, self.settings.max_state_bytes)
-        started = time.perf_counter()
-        try:
-            self.store(out)
-        finally:
-            self.telemetry.stage("store", time.perf_counter() - started)
 
     async def _commit(self, parts: dict[int, Output], slots: set[int],
                       ends: dict[TopicPartition, int] | None = None) -> None:  # fmt: skip
@@ -356,7 +307,7 @@ class PipelineWorker:
     # -- time ---------------------------------------------------------------------------
     async def _tick(self) -> None:
         """Grace periods of quiet lanes, staleness on the shared watermark, lane reports."""
-        held = {tp: p for p in self.slots.held for tp in self.slots.tps(p)}
+        held = [tp for p in self.slots.held for tp in self.slots.tps(p)]
         consumed = await self.consumer.positions([*held, self._deaths])
         self.laps.lap("positions")
         undelivered = await self.watch.undelivered(consumed)
@@ -367,7 +318,7 @@ class PipelineWorker:
         now = self.clock()
         try:
             async with asyncio.timeout(self.pace.target_s):
-                ends = await self.consumer.end_offsets(list(held))
+                ends = await self.consumer.end_offsets(held)
         except Exception:  # the broker is away: the next tick asks again
             log.debug("end offsets unavailable this tick", exc_info=True)
             return
@@ -376,30 +327,16 @@ class PipelineWorker:
         self.marks.apply(self.intake.clock, self.slots.lanes(), now)
         self.watch.release_copies(self.marks.copies)
         moved = self.watch.past_markers(consumed)
-        marks_only = self._deaths_held and self.alerts.past_markers(consumed.get(self._deaths))
-        if marks_only and await self.checkpoint.commit({ALERTER: marks_only}):
-            self._deaths_held = False  # fenced: the alerter is another process's
+        await self.alerts.markers(consumed.get(self._deaths), self.checkpoint)
         self.laps.lap("the alerter's markers")
-        for tp, p in held.items():
-            lane = self.slots.lane_of(tp)
-            pos = self.slots.held[p].positions.get(tp, 0)
-            if lane is not None:
-                self.intake.behind(lane, ends.get(tp, 0) > pos, forwarded=self.slots.forwarded(tp))
-                if tp.topic == self.topics.input:
-                    self.telemetry.lag[p] = max(0, ends.get(tp, 0) - pos)
+        self.watch.at_ends(ends)
         self.gc.maybe_collect()  # a full pass between batches, not inside one
         self.laps.lap("collector")
         outs = await asyncio.to_thread(  # seconds of shrinks after a jump: off the loop
             self.intake.tick, now, self._tick_interval, held=self.slots.lanes()  # not parked
         )  # fmt: skip
         self.laps.lap("step")
-        out = Output()
-        for lane, part in outs.items():
-            out.extend(part)
-            tp = TopicPartition(*source_of(self.topics, lane))
-            slot = self.slots.held.get(tp.partition)
-            offset = slot.positions.get(tp, 0) if slot is not None else 0
-            out.ranges.append(("tick:" + tp.topic, lane, offset, offset))
+        out = self.slots.tick_output(outs)
         out.ledger.progress.extend(self.watch.progress(now, ends, self.telemetry.last_batch_at))
         if len(out.ledger):
             try:
@@ -420,27 +357,13 @@ class PipelineWorker:
         await self._after(out)
         self.laps.lap("alert sinks")
 
-    # -- the alerter --------------------------------------------------------------------
-    async def _alert_batch(self, records: list[InRecord]) -> None:
-        first, last = records[0].offset, records[-1].offset
-        out = await self.alerts.step([r.value for r in records], first, last)
-        self.stats.update(out.stats)
-        if out.ledger.alerts:
-            await asyncio.to_thread(self.store, out)
-        commit = self.alerts.commit_of(out, self.topics.alerts, last + 1)
-        if await self.checkpoint.commit({ALERTER: commit}):  # fenced: the holder moved on
-            self._deaths_held = False
-            self.alerts.forget()
-        elif out.ledger.alerts:
-            await self.notifiers.send(out.ledger.alerts)
-
     # -- lifecycle ----------------------------------------------------------------------
     def _report_figures(self) -> None:
         self.telemetry.extra.update(
             self.slots.figures(), fenced_writes=self.checkpoint.fenced_writes,
             rebalances=self.rebalances, batch_limit=self.pace.limit(),
             loop_held_max_s=round(self.loop_watch.longest_s, 1), **self.gc.figures(),
-            **self.alerts.figures(self._deaths_held), **self.intake.clock.figures(),
+            **self.alerts.figures(), **self.intake.clock.figures(),
         )  # fmt: skip
 
     async def _shutdown(self, marks: asyncio.Future[None]) -> None:

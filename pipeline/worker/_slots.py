@@ -32,7 +32,6 @@ from ..core import (
     LaneReport,
     Output,
     OutRecord,
-    PermanentStoreError,
     StateKey,
     death_record,
     lane_record,
@@ -40,12 +39,12 @@ from ..core import (
 from ..settings import Topics
 from ._checkpoint import Checkpoint, SlotCommit, Transactions
 from ._consumer import GroupConsumer, check_copartitioned
-from ._lanes import CHANNEL_LANE
+from ._lanes import CHANNEL_LANE, source_of
 from ._produce import ProducedRecord
 from ._slotstate import KEY, SlotState, next_generation
 from ._state import StateReader
 
-__all__ = ["Slot", "Slots", "check_state_size", "slot_of"]
+__all__ = ["Slot", "Slots", "slot_of"]
 
 log = logging.getLogger("prism.worker")
 
@@ -62,18 +61,6 @@ class Slot:
     @property
     def lanes(self) -> tuple[int, int]:
         return (self.partition, CHANNEL_LANE + self.partition)
-
-
-def check_state_size(out: Output, limit: int) -> None:
-    """Refuse (``PermanentStoreError``) a step whose state would not fit in one state record."""
-    for key, value in out.state_writes.items():
-        if value is not None and len(value) > limit:
-            parsed = StateKey.of(key)
-            name = key if parsed is None or parsed.name is None else parsed.name
-            raise PermanentStoreError(
-                f"the state of {name!r} would be {len(value):,} bytes, more than the "
-                f"{limit:,} a changelog record holds (PRISM_MAX_EVENT_BYTES sets it)"
-            )
 
 
 def slot_of(lane: int) -> int:
@@ -292,6 +279,18 @@ class Slots:
         state = SlotState(self.partitions, positions, slot.generation)
         recs.append(ProducedRecord(self.changelog, KEY, state.to_bytes(), p))
         return SlotCommit(recs, dict(slot.positions))
+
+    def tick_output(self, outs: Mapping[int, Output]) -> Output:
+        """The lanes' tick outputs as one, each lane's named by its source partition's
+        position (the ledger's dedup token of a tick's rows)."""
+        out = Output()
+        for lane, part in outs.items():
+            out.extend(part)
+            tp = TopicPartition(*source_of(self.topics, lane))
+            slot = self.held.get(tp.partition)
+            offset = slot.positions.get(tp, 0) if slot is not None else 0
+            out.ranges.append(("tick:" + tp.topic, lane, offset, offset))
+        return out
 
     def note_forwarded(self, out: Output) -> None:
         """Count a committed batch's forwarded records; name each producer pattern once."""

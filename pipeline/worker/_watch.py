@@ -4,6 +4,9 @@
 will step, ``_slots.Slot.positions``) with the consumer's position and the partition's
 end offset, and turns that into:
 
+- **the records of a fetch to step** (``route``): by lane, those of held slots from
+  each partition's position on, and with them whether each lane has more waiting
+  (``behind``: its grace period) and the input's lag per partition (``lag``);
 - **read-backs** of offsets the consumer handed out that were never stepped: at the start
   of a fetch (``fill``) or, when no later record shows the gap, after the consumer's
   position has stayed past the worker's for ``Settings.undelivered_read_back_seconds``
@@ -28,8 +31,9 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
+from typing import Any
 
 from aiokafka import TopicPartition
 
@@ -49,7 +53,8 @@ log = logging.getLogger("prism.worker")
 
 
 class PartitionWatch:
-    """See the module docstring; ``stats`` counts the offsets read back."""
+    """See the module docstring; ``stats`` counts the offsets read back, ``lag`` is the
+    input's lag by partition (the worker's telemetry)."""
 
     def __init__(
         self,
@@ -59,6 +64,7 @@ class PartitionWatch:
         intake: Intake,
         stats: Counter[str],
         worker_id: str,
+        lag: dict[int, int],
     ) -> None:
         self.settings = settings
         self.topics = settings.topics
@@ -67,6 +73,7 @@ class PartitionWatch:
         self.intake = intake
         self.stats = stats
         self.worker_id = worker_id
+        self.lag = lag
         kw = settings.aiokafka_kwargs()
         self.readers = {topic: ReadBack(topic, kw) for topic in self.topics.slot_topics}
         # lane -> the report last sent, its repartition position then, and when
@@ -76,6 +83,54 @@ class PartitionWatch:
         self._undelivered: dict[TopicPartition, tuple[tuple[int, int], float]] = {}
         self._progress_at = 0.0
         self._copies: dict[int, int] = {}  # remote home lane -> last copy's offset there
+
+    # -- a fetch ------------------------------------------------------------------------
+    async def route(
+        self,
+        fetched: Mapping[TopicPartition, list[InRecord]],
+        drop: Callable[[str, int, list[Any]], bool] | None = None,
+    ) -> tuple[dict[bool, dict[int, list[InRecord]]], dict[TopicPartition, int]]:
+        """The records of ``fetched`` to step, by kind (True: repartition copies) and lane,
+        and each partition's next position after them. Left out: partitions of slots not
+        held (any more: their owner reads them), records below the position (re-deliveries)
+        and chunks ``drop`` says to drop (a test seam: input topics only, read back later).
+        A chunk that begins past the position is completed by reading the gap back."""
+        steps: dict[bool, dict[int, list[InRecord]]] = {False: {}, True: {}}
+        after: dict[TopicPartition, int] = {}
+        for tp, recs in sorted(fetched.items()):
+            slot = self.slots.held.get(tp.partition)
+            lane = self.slots.lane_of(tp)
+            if slot is None or lane is None:
+                continue
+            forwarded = self.slots.forwarded(tp)
+            if not forwarded and drop is not None and drop(tp.topic, tp.partition, recs):
+                continue
+            pos = slot.positions.get(tp)
+            ins = [r for r in recs if pos is None or r.offset >= pos]
+            if not ins:
+                continue
+            if pos is not None and ins[0].offset > pos and not forwarded:  # markers there
+                ins = await self.fill(tp, pos, ins[0].offset) + ins
+            steps[forwarded].setdefault(lane, []).extend(ins)
+            after[tp] = ins[-1].offset + 1
+            self.behind(tp, lane, self.consumer.highwater(tp), after[tp])
+        return steps, after
+
+    def behind(self, tp: TopicPartition, lane: int, end: int | None, position: int) -> None:
+        """Whether ``lane`` has records past ``position`` (``end``: the partition's end,
+        None unknown), for its grace period; the input's lag, per partition."""
+        waiting = end is not None and end > position
+        self.intake.behind(lane, waiting, forwarded=self.slots.forwarded(tp))
+        if tp.topic == self.topics.input:
+            self.lag[tp.partition] = max(0, (end or 0) - position)
+
+    def at_ends(self, ends: Mapping[TopicPartition, int]) -> None:
+        """``behind`` for every held partition, from its end offset in ``ends``."""
+        for p, slot in self.slots.held.items():
+            for tp in self.slots.tps(p):
+                lane = self.slots.lane_of(tp)
+                if lane is not None:
+                    self.behind(tp, lane, ends.get(tp, 0), slot.positions.get(tp, 0))
 
     # -- read-backs -----------------------------------------------------------------------
     async def fill(self, tp: TopicPartition, start: int, end: int) -> list[InRecord]:
