@@ -150,7 +150,9 @@ class PipelineWorker:
             while not self._stopping:
                 await self.take_over()
                 wait = min(self._tick_interval, max(0.05, next_tick - time.monotonic()))
+                started = time.monotonic()
                 fetched = await self.consumer.fetch(self.pace.limit(), wait)
+                self.telemetry.stage("fetch", time.monotonic() - started)
                 next_tick = await self._work(fetched, next_tick)
         except LedgerUnavailable:
             if not self._stopping:
@@ -174,6 +176,7 @@ class PipelineWorker:
                     with self.gc.batch():
                         await self._batch(fetched.records)
                     took = time.monotonic() - started
+                    self.telemetry.laps("batch", self.laps.parts)
                     self.pace.took(len(fetched), took)
                     self._slow(f"a batch of {len(fetched):,} records", took)
                 await self._settle()  # the tick leaves revoked slots alone
@@ -183,6 +186,7 @@ class PipelineWorker:
                     with self.gc.batch():  # a tick decodes runs too (20 of 27 s were GC once)
                         await self._tick()
                     ended = time.monotonic()
+                    self.telemetry.laps("tick", self.laps.parts)
                     next_tick = ended + self._tick_interval
                     self._slow("the timer's tick", ended - started)
             finally:

@@ -22,9 +22,10 @@ import json
 import logging
 import os
 import random
+import re
 import time
 from collections import Counter, defaultdict, deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -249,9 +250,20 @@ class WorkerTelemetry:
         """Add ``seconds`` to stage ``name`` (the stats file reports microseconds per event):
 
         - ``step_thread``: wall time of the step in its thread (parse, run semantics, store);
-        - ``store``: the part of it spent in the ledger store (columns, inserts, retries).
+        - ``store``: the part of it spent in the ledger store (columns, inserts, retries);
+        - ``fetch``: the loop's wait for a fetch (at a backlog, what fetching costs);
+        - ``batch_<part>``, ``tick_<part>``: the parts of the batches' and ticks' wall time
+          (``laps``), each named after its ``Laps`` part.
         """
         self.stage_seconds[name] += seconds
+
+    def laps(self, kind: str, parts: Mapping[str, float]) -> None:
+        """Add the parts of a batch's or tick's wall time (``Laps.parts``) as the stages
+        ``<kind>_<part>``, the part's name in lower case with ``_`` between its words."""
+        for name, seconds in parts.items():
+            self.stage_seconds[f"{kind}_{'_'.join(re.findall(r'[a-z0-9]+', name.lower()))}"] += (
+                seconds
+            )
 
     def stage_us(self) -> dict[str, float]:
         """Microseconds per consumed event of each stage so far (empty before any event)."""

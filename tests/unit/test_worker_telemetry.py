@@ -131,3 +131,22 @@ def test_stopping_logs_one_summary_line_and_writes_the_stats_file(tmp_path, capl
     )
     assert "DLQ 4 (oversized=4), quarantined 0" in line
     assert json.loads(stats.read_text())["events"] == 1234
+
+
+def test_a_batchs_parts_are_stages_per_event_in_the_stats_file(otel, tmp_path) -> None:
+    _tp, _spans, mp, _reader = otel
+    tel = WorkerTelemetry(tmp_path / "worker-stats.json", meter_provider=mp)
+    assert tel.stage_us() == {}  # no event yet: nothing per event
+    tel.consumed(1_000)
+    tel.stage("fetch", 0.002)
+    tel.laps("batch", {"step and ledger": 0.05, "the alerter's batch": 0.001})
+    tel.laps("batch", {"step and ledger": 0.03})
+    tel.laps("tick", {"end offsets": 0.004})
+    tel.write_stats()
+    stats = json.loads((tmp_path / "worker-stats.json").read_text())
+    assert stats["stage_us"] == {
+        "batch_step_and_ledger": 80.0,  # 0.08 s over 1,000 events
+        "batch_the_alerter_s_batch": 1.0,
+        "fetch": 2.0,
+        "tick_end_offsets": 4.0,
+    }
