@@ -257,15 +257,11 @@ class PipelineWorker:
 
     async def _batch(self, fetched: dict[TopicPartition, list[InRecord]]) -> None:
         deaths = fetched.pop(self._deaths, [])
-        if deaths:
-            alerted = await self.alerts.batch(
-                deaths, self.checkpoint, self.store, self.notifiers.send
-            )
-            self.stats.update(alerted.stats)
-            self.laps.lap("the alerter's batch")
         steps, after = await self.watch.route(fetched, self.drop_fetched)
         self.laps.lap("routing and reading back")
         if not after:
+            await self._alert_batch(deaths)
+            self.laps.lap("the alerter's batch")
             return
         size = sum(len(r) for s in steps.values() for r in s.values())
         self.telemetry.consumed(size)
@@ -282,10 +278,19 @@ class PipelineWorker:
         self.telemetry.acknowledged(out.event_ts)
         for tp, offset in after.items():
             self.slots.held[tp.partition].positions[tp] = offset
-        await self._commit(parts, {tp.partition for tp in after})
-        self.laps.lap("transactions")
+        # the alerter's batch beside the slots' transactions: another slot, another
+        # transaction, and both wait on the brokers (its own store comes after the step's)
+        await asyncio.gather(
+            self._commit(parts, {tp.partition for tp in after}), self._alert_batch(deaths)
+        )
+        self.laps.lap("transactions and the alerter's batch")
         await self._after(out)
         self.laps.lap("alert sinks")
+
+    async def _alert_batch(self, deaths: list[InRecord]) -> None:
+        if deaths:
+            out = await self.alerts.batch(deaths, self.checkpoint, self.store, self.notifiers.send)
+            self.stats.update(out.stats)
 
     async def _commit(self, parts: dict[int, Output], slots: set[int],
                       ends: dict[TopicPartition, int] | None = None) -> None:  # fmt: skip
