@@ -95,7 +95,7 @@ class AlertDesk:
         out = await self.step([r.value for r in records], first, last)
         if out.ledger.alerts:
             await asyncio.to_thread(store, out)
-        commit = self.commit_of(out, self.alerts_topic, last + 1)
+        commit = self.commit_of(out, last + 1)
         if await checkpoint.commit({ALERTER: commit}):  # fenced: the holder moved on
             self.held = False
             self.forget()
@@ -140,10 +140,12 @@ class AlertDesk:
             "alerts_decided_us": None if a is None else a.decided_us,
         }
 
-    def commit_of(self, out: Output, alerts_topic: str, next_offset: int) -> SlotCommit:
+    def commit_of(self, out: Output, next_offset: int) -> SlotCommit:
         """The ``alerter`` slot's transaction for a stepped batch: its alert records, the
         alerter's state, the budget desk's records and the partition's next offset."""
-        recs = [ProducedRecord(alerts_topic, r.key, r.value, None, r.headers) for r in out.alerts]
+        recs = [
+            ProducedRecord(self.alerts_topic, r.key, r.value, None, r.headers) for r in out.alerts
+        ]
         state = self.state_record()
         if state is not None:
             recs.append(state)

@@ -123,7 +123,6 @@ class PipelineWorker:
         self.alerts = AlertDesk(settings, self.intake.config)
         if settings.budgets_file is not None:  # every lane's billed spend to the budget desk
             self.slots.spend = LaneSpend(prices)
-        self._deaths = self.alerts.tp
         self._assigned: set[TopicPartition] | None = None  # to take over (``take_over``)
         self.marks = LaneMarks(
             t.lane_marks, kw, idle_expiry_s=settings.consumer_session_timeout_seconds
@@ -224,7 +223,7 @@ class PipelineWorker:
         if not tps:
             return
         self.slots.revoked(tps)
-        if self._deaths in tps:
+        if self.alerts.tp in tps:
             await self.alerts.give_up(self.transactions)
 
     async def assigned(self, tps: set[TopicPartition]) -> None:
@@ -246,7 +245,7 @@ class PipelineWorker:
                 return
             try:
                 await self.slots.assigned(tps)
-                if self._deaths in tps:
+                if self.alerts.tp in tps:
                     await self.alerts.take(self.consumer, self.transactions)
             except Exception:
                 die("taking over the assigned partitions failed", log)
@@ -256,7 +255,7 @@ class PipelineWorker:
             log.info("assigned slots %s%s", held, alerter)
 
     async def _batch(self, fetched: dict[TopicPartition, list[InRecord]]) -> None:
-        deaths = fetched.pop(self._deaths, [])
+        deaths = fetched.pop(self.alerts.tp, [])
         steps, after = await self.watch.route(fetched, self.drop_fetched)
         self.laps.lap("routing and reading back")
         if not after:
@@ -317,7 +316,7 @@ class PipelineWorker:
     async def _tick(self) -> None:
         """Grace periods of quiet lanes, staleness on the shared watermark, lane reports."""
         held = [tp for p in self.slots.held for tp in self.slots.tps(p)]
-        consumed = await self.consumer.positions([*held, self._deaths])
+        consumed = await self.consumer.positions([*held, self.alerts.tp])
         self.laps.lap("positions")
         undelivered = await self.watch.undelivered(consumed)
         self.laps.lap("reading back")
@@ -336,7 +335,7 @@ class PipelineWorker:
         self.marks.apply(self.intake.clock, self.slots.lanes(), now)
         self.watch.release_copies(self.marks.copies)
         moved = self.watch.past_markers(consumed)
-        await self.alerts.markers(consumed.get(self._deaths), self.checkpoint)
+        await self.alerts.markers(consumed.get(self.alerts.tp), self.checkpoint)
         self.laps.lap("the alerter's markers")
         self.watch.at_ends(ends)
         self.gc.maybe_collect()  # a full pass between batches, not inside one

@@ -261,9 +261,8 @@ class WorkerTelemetry:
         """Add the parts of a batch's or tick's wall time (``Laps.parts``) as the stages
         ``<kind>_<part>``, the part's name in lower case with ``_`` between its words."""
         for name, seconds in parts.items():
-            self.stage_seconds[f"{kind}_{'_'.join(re.findall(r'[a-z0-9]+', name.lower()))}"] += (
-                seconds
-            )
+            words = re.findall(r"[a-z0-9]+", name.lower())
+            self.stage_seconds["_".join([kind, *words])] += seconds
 
     def stage_us(self) -> dict[str, float]:
         """Microseconds per consumed event of each stage so far (empty before any event)."""

@@ -122,7 +122,7 @@ def test_the_desk_decides_beside_the_alerter_and_its_next_holder_decides_nothing
         assert [orjson.loads(r.value or b"")["alertId"] for r in out.alerts] == [g[0] for g in got]
         assert out.ranges == [(d.topic, 0, 0, len(values) - 1)]
         assert out.stats["budgets.alerts"] == 2
-        commit = d.commit_of(out, "prism.alerts", len(values))
+        commit = d.commit_of(out, len(values))
         assert commit.offsets == {TopicPartition(d.topic, 0): len(values)}
         by_topic: dict[str, list[ProducedRecord]] = {}
         for r in commit.records:
@@ -145,9 +145,7 @@ def test_the_desk_decides_beside_the_alerter_and_its_next_holder_decides_nothing
         out = await again.step(values, 0, len(values) - 1)
         assert out.ledger.alerts == []
         assert again.budgets is not None
-        (state,) = [
-            r for r in again.commit_of(out, "a", 9).records if r.topic == again.budgets.topic
-        ]
+        (state,) = [r for r in again.commit_of(out, 9).records if r.topic == again.budgets.topic]
         assert orjson.loads(state.value or b"")["spent"] == "6"
         # four more dollars cross 100% once
         more = [
