@@ -55,7 +55,11 @@ def test_help_names_the_real_variables() -> None:
 
 
 def test_make_test_lints_before_it_starts_the_broker() -> None:
-    """CI calls `make test`; a lint failure must stop it before the broker and the suite."""
+    """CI calls `make test`; a lint failure must stop it before the broker and the suite.
+
+    The unit tests run on every core before the broker starts; the integration tests run
+    alone, one at a time, against the broker.
+    """
     out = _make("-n", "test", path=os.environ["PATH"])
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
@@ -64,4 +68,6 @@ def test_make_test_lints_before_it_starts_the_broker() -> None:
         return next(i for i, line in enumerate(lines) if text in line)
 
     checks = [first("ruff check ."), first("ruff format --check ."), first("/mypy")]
-    assert max(checks) < first("devstack kafka up") < first("/pytest")
+    unit, integration = first("/pytest tests/unit -n auto"), first("/pytest tests/integration")
+    assert max(checks) < unit < first("devstack kafka up") < integration
+    assert " -n " not in lines[integration]
