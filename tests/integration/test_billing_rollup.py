@@ -103,12 +103,16 @@ def _store(client: Any, db: str, batches: list[LedgerBatch], source: str = SOURC
             writer.flush()
 
 
-def _report(client: Any, db: str, *, rollup: bool) -> list[Any]:
+# Every grouping over every period, for all tenants and for one: 48 reports a side. A fleet
+# reads a drawn handful of them (each at every step), so 20 fleets cover them between them.
+CASES = [(dims, period) for dims in GROUPINGS for period in PERIODS]
+
+
+def _report(client: Any, db: str, cases: list[Any], *, rollup: bool) -> list[Any]:
     return [
         billing_report(client, db, lo, hi, group_by=dims, rollup=rollup)
         + billing_report(client, db, lo, hi, "acme", group_by=dims, rollup=rollup)
-        for dims in GROUPINGS
-        for lo, hi in PERIODS
+        for dims, (lo, hi) in cases
     ]
 
 
@@ -153,23 +157,24 @@ def test_the_rollup_equals_the_rows_on_hostile_fleets(
         ledger=recorded,
     )
     db = fresh_ledger()
+    cases = data.draw(st.lists(st.sampled_from(CASES), min_size=4, max_size=4, unique=True))
     batches = recorded.batches
     half = data.draw(st.integers(0, len(batches)))
     _store(ch_client, db, batches[:half])
     refresh_billing_rollup(ch_client, db)
     # the rest arrives after the refresh: the months it touches are read from rows again
     _store(ch_client, db, batches[half:], source="later")
-    assert _report(ch_client, db, rollup=True) == _report(ch_client, db, rollup=False)
+    assert _report(ch_client, db, cases, rollup=True) == _report(ch_client, db, cases, rollup=False)
     refresh_billing_rollup(ch_client, db)
     # batches stored again, under new offsets and from another ledger folded in
     again = data.draw(st.lists(st.integers(0, max(0, len(batches) - 1)), max_size=4))
     _store(ch_client, db, [batches[i] for i in again if batches])
     _store(ch_client, db, [batches[i] for i in again if batches], source="folded")
-    assert _report(ch_client, db, rollup=True) == _report(ch_client, db, rollup=False)
+    assert _report(ch_client, db, cases, rollup=True) == _report(ch_client, db, cases, rollup=False)
     refresh_billing_rollup(ch_client, db)
     if any(u.recorded_at.year == 2026 for u in recorded.rows("usage")):
         assert _uses_rollup(ch_client, db)
-    assert _report(ch_client, db, rollup=True) == _report(ch_client, db, rollup=False)
+    assert _report(ch_client, db, cases, rollup=True) == _report(ch_client, db, cases, rollup=False)
     # and both are the bill the final rows say (reported usage per tenant and currency)
     billed: dict[tuple[Any, Any], tuple[int, Decimal | None]] = {}
     for line in billing_report(ch_client, db, NOV, DEC, group_by=("tenant",)):
