@@ -89,21 +89,20 @@ def test_a_worker_whose_partitions_went_quiet_marks_stale_runs_on_the_others_pro
     alerts: dict[str, str] = {}
     wrote = {}
     for n, s in settings.items():
-        q = subprocess_query(s.clickhouse_dsn)
-        wrote[n] = int(q("SELECT count() AS n FROM prism.runs_store")[0]["n"])
-        for r in q("SELECT run_id, status, version FROM prism.runs"):
+        count, runs, stale = subprocess_query(s.clickhouse_dsn).many(
+            [
+                "SELECT count() AS n FROM prism.runs_store",
+                "SELECT run_id, status, version FROM prism.runs",
+                "SELECT key, toString(ts) AS ts FROM prism.alerts "
+                "WHERE rule = 'stale_run' AND state = 'firing'",
+            ]
+        )
+        wrote[n] = int(count[0]["n"])
+        for r in runs:
             # folded as one server holds them: a run's newest version wins
             if int(r["version"]) >= int(rows.get(r["run_id"], {"version": -1})["version"]):
                 rows[r["run_id"]] = r
-        alerts.update(
-            {
-                a["key"]: a["ts"]
-                for a in q(
-                    "SELECT key, toString(ts) AS ts FROM prism.alerts "
-                    "WHERE rule = 'stale_run' AND state = 'firing'"
-                )
-            }
-        )
+        alerts.update({a["key"]: a["ts"] for a in stale})
     # each worker held partitions and wrote run rows of its own (the quiet one's are the
     # stale marks this test is about, whether it applied their events or restored them)
     assert all(v > 0 for v in wrote.values()), f"a worker held no partition: {wrote}"
