@@ -79,19 +79,25 @@ demo: venv jars  ## run the whole job into the default ledger, check it, write t
 # The trace export test's backends: Jaeger built with Go (about 5 min, 2 GB of memory, once)
 # and Arize Phoenix in a venv of its own (about 2 min, once), both cached under .cache.
 # A backend that cannot be installed here is reported and its test skips with the reason.
+INSTALL_TRACE_BACKENDS = { $(BIN)/prism-pipeline devstack jaeger install \
+	|| echo "warning: Jaeger could not be built (above); the trace export test will skip it" >&2; \
+	$(BIN)/prism-pipeline devstack phoenix install \
+	|| echo "warning: Phoenix could not be installed (above); the trace export test will skip it" >&2; }
+
 trace-backends: venv  ## build Jaeger v1.75.0 and install Arize Phoenix for the trace export test (once, cached in .cache)
-	@$(BIN)/prism-pipeline devstack jaeger install \
-	|| echo "warning: Jaeger could not be built (above); the trace export test will skip it" >&2
-	@$(BIN)/prism-pipeline devstack phoenix install \
-	|| echo "warning: Phoenix could not be installed (above); the trace export test will skip it" >&2
+	@$(INSTALL_TRACE_BACKENDS)
 
 # Lint first: a lint failure costs seconds, not a broker start and the whole suite.
-# The unit tests are CPU-bound and share nothing: they run on every core (pytest-xdist). The
-# integration tests share one broker and time the pipeline's recoveries, so they run one at a
-# time, with the machine to themselves. pytest's exit code 5 (nothing selected, e.g. by a -k
-# in PYTEST_ARGS) is not a failure of either half; the first half's failure is the exit code.
-test: venv lint jars browser trace-backends  ## set up, lint, run the unit tests on every core, start a test broker on a free port, run the integration tests
-	@$(BIN)/pytest tests/unit -n $(TEST_WORKERS) $(PYTEST_ARGS); unit=$$?; [ $$unit -eq 5 ] && unit=0; \
+# The unit tests are CPU-bound and share nothing: they run on every core (pytest-xdist), while
+# the trace backends install beside them (minutes on a clean clone, nothing once cached; their
+# output follows the unit tests'). The integration tests share one broker and time the
+# pipeline's recoveries, so they run one at a time, with the machine to themselves. pytest's
+# exit code 5 (nothing selected, e.g. by a -k in PYTEST_ARGS) is not a failure of either
+# half; the first half's failure is the exit code.
+test: venv lint jars browser  ## set up, lint, run the unit tests on every core, start a test broker on a free port, run the integration tests
+	@mkdir -p .data; $(INSTALL_TRACE_BACKENDS) >.data/trace-backends.log 2>&1 & backends=$$!; \
+	$(BIN)/pytest tests/unit -n $(TEST_WORKERS) $(PYTEST_ARGS); unit=$$?; [ $$unit -eq 5 ] && unit=0; \
+	wait $$backends; cat .data/trace-backends.log; \
 	rm -rf $(TEST_KAFKA_DIR); \
 	port=$$($(BIN)/python -c 'from prism.devstack import free_port; print(free_port())'); \
 	$(BIN)/prism-pipeline devstack kafka up --port $$port --state-dir $(TEST_KAFKA_DIR) || exit 1; \
