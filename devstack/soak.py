@@ -24,6 +24,7 @@ import argparse
 import asyncio
 import json
 import logging
+import math
 import multiprocessing
 import os
 import pickle
@@ -373,17 +374,30 @@ def _own_ends(watch: GroupWatch, pos: dict[TP, tuple[int, int]]) -> dict[TP, int
     return {k: e for k, (_, e) in pos.items() if k[0] not in watch.plain}
 
 
-def _drain(watch: GroupWatch, pool: WorkerPool, timeout: float, settle: float = 5.0) -> float:
+def _drain(
+    watch: GroupWatch,
+    pool: WorkerPool,
+    timeout: float,
+    settle: float = 5.0,
+    stall: float = STALL_BOUND_S,
+) -> float:
     """Wait until the group committed every record; seconds taken.
 
     1. The published topics: every committed offset at its end, for ``settle`` seconds.
     2. Every other topic the group reads (the workers' own: forwarded records, limit
        deaths and lane reports, which keep coming): committed up to the end offsets they
        had then, past trailing transaction markers.
+
+    A group that stops draining fails after ``stall`` seconds without progress (neither
+    the published topics' lag nor the workers' topics left behind fell to a new low, as
+    the group was seen in the last 3 s); one that keeps draining, however slowly the
+    machine lets it, may take up to ``timeout``.
     """
     started = time.monotonic()
     since: float | None = None
     last = 0.0
+    lowest = (math.inf, math.inf)  # the least lag and workers' partitions behind seen
+    progressed = started
     while time.monotonic() - started < timeout:
         pool.revive()
         pos = dict(watch.positions)
@@ -391,18 +405,29 @@ def _drain(watch: GroupWatch, pool: WorkerPool, timeout: float, settle: float = 
         left = len(set(watch.targets) - watch.reached) if watch.targets else None
         if left == 0:
             return time.monotonic() - started
-        fresh = watch.fresh(time.monotonic() - 3.0)  # judged on a look of the last 3 s
+        now = time.monotonic()
+        fresh = watch.fresh(now - 3.0)  # judged on a look of the last 3 s
+        lag = sum(max(0, e - c) for c, e in plain.values())
         if left is None and fresh and plain and all(c >= e for c, e in plain.values()):
-            since = since or time.monotonic()
-            if time.monotonic() - since >= settle:
+            since = since or now
+            if now - since >= settle:
                 watch.reach(_own_ends(watch, pos))
         elif left is None:
             since = None
-        if time.monotonic() - last >= 10:
-            last = time.monotonic()
-            lag = sum(max(0, e - c) for c, e in plain.values())
-            behind = f"{left} partitions of the workers' topics behind" if left else ""
-            _log(f"draining after {time.monotonic() - started:.0f}s: lag {lag:,} {behind}")
+        if fresh:
+            behind = math.inf if left is None else left
+            settling = left is None and since is not None  # at the ends, for `settle` s
+            if lag < lowest[0] or behind < lowest[1] or settling:
+                lowest, progressed = (min(lag, lowest[0]), min(behind, lowest[1])), now
+            elif now - progressed >= stall:
+                raise TimeoutError(
+                    f"the group stopped draining: no progress for {now - progressed:.0f}s "
+                    f"(lag {lag:,}, {left or 0} partitions of the workers' topics behind)"
+                )
+        if now - last >= 10:
+            last = now
+            behind_text = f"{left} partitions of the workers' topics behind" if left else ""
+            _log(f"draining after {now - started:.0f}s: lag {lag:,} {behind_text}")
         time.sleep(0.5)
     missing = sorted(set(watch.targets) - watch.reached)
     raise TimeoutError(f"the group did not drain within {timeout:.0f}s (behind: {missing[:8]})")
@@ -743,7 +768,8 @@ def main(argv: list[str] | None = None) -> int:
         type=float,
         default=None,
         help="seconds the group may take to drain after the load (default: 300, or longer "
-        f"when the backlog left needs it at {DRAIN_RATE:,.0f} events/s)",
+        f"when the backlog left needs it at {DRAIN_RATE:,.0f} events/s); a group that makes "
+        f"no progress for {STALL_BOUND_S:.0f}s fails sooner",
     )
     p.add_argument("--state-dir", type=Path, default=Path(".data/soak"))
     p.add_argument(

@@ -26,18 +26,21 @@ MINUTES = 0.75
 SEED = 2
 
 
-@pytest.mark.timeout(420)
+@pytest.mark.timeout(720)
 def test_a_short_chaos_soak_loses_and_doubles_nothing(tmp_path: Path) -> None:
+    # The drain has the soak's own bounds: it fails once the group makes no progress for
+    # the stall bound (45 s), not after a fixed time, so a slow machine that drains
+    # steadily passes and a stuck group still fails within a minute of sticking.
     verdict_path, log = tmp_path / "verdict.json", tmp_path / "soak.log"
-    args = ["--minutes", str(MINUTES), "--seed", str(SEED), "--rate", "1500"]
-    args += ["--drain-timeout", "150", "--state-dir", str(tmp_path / "soak")]
+    args = ["--minutes", str(MINUTES), "--seed", str(SEED), "--rate", "1000"]
+    args += ["--state-dir", str(tmp_path / "soak")]
     with open(log, "wb") as out:
         soak = subprocess.Popen(
             [sys.executable, "-m", "prism.devstack.soak", *args, "--json", str(verdict_path)],
             stdout=out, stderr=subprocess.STDOUT,
         )  # fmt: skip
         try:
-            soak.wait(360)
+            soak.wait(600)
         except subprocess.TimeoutExpired:
             pass
         finally:
