@@ -3,7 +3,7 @@
 The soak runs as the user runs it, in a process of its own, with its own 3-broker cluster
 on free ports: 3 workers over 12 partitions, a fleet offered for under a minute with a
 share of it published under other keys, and the seeded faults that fit in that time
-(seed 2: a worker SIGKILLed and restarted, the limit-deaths holder too, then a broker).
+(seed 2: a worker SIGKILLed and restarted, then the limit-deaths holder).
 The verdict it writes must pass, and its figures are checked one by one: a failing soak
 prints what differed (runs, events, partitions) in the test's output.
 """
