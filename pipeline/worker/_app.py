@@ -48,7 +48,7 @@ from ..core import InRecord, Intake, Output, PermanentStoreError
 from ..settings import Settings
 from ._alerter import AlertDesk
 from ._budget_desk import LaneSpend
-from ._checkpoint import Checkpoint, Transactions
+from ._checkpoint import Checkpoint, Transactions, quiet_fenced_futures
 from ._consumer import Fetched, GroupConsumer, KafkaGroupConsumer
 from ._gc import GcPolicy
 from ._loopwatch import Laps, LoopWatch
@@ -139,6 +139,7 @@ class PipelineWorker:
 
     async def run(self) -> None:
         """Join the group and work until ``stop``; a failure stops the process uncommitted."""
+        quiet_fenced_futures(asyncio.get_running_loop())
         await self.consumer.start([*self.topics.slot_topics, self.topics.limit_deaths], self)
         marks = asyncio.ensure_future(self.marks.run(lambda: self._stopping))
         self.loop_watch.start()

@@ -51,7 +51,7 @@ from ..retry import retry_transient
 from ..settings import Settings
 from ._produce import ProducedRecord, send_records
 
-__all__ = ["ALERTER", "Checkpoint", "Fenced", "SlotCommit", "Transactions"]
+__all__ = ["ALERTER", "Checkpoint", "Fenced", "SlotCommit", "Transactions", "quiet_fenced_futures"]
 
 log = logging.getLogger("prism.worker")
 
@@ -64,6 +64,35 @@ class Fenced(Exception):
 
 class _Unusable(Exception):
     """A producer that a fatal error left unable to begin another transaction."""
+
+
+_ABANDONED = "Future exception was never retrieved"  # asyncio's report of such a future
+
+
+def quiet_fenced_futures(loop: asyncio.AbstractEventLoop) -> None:
+    """Report the futures a fenced producer leaves behind at DEBUG instead of ERROR.
+
+    When a producer is fenced, aiokafka's transaction manager sets ``ProducerFenced`` on a
+    future of its own that no public call awaits any more (aborting a fenced transaction
+    is refused before it waits), and the event loop logs that future at ERROR, with a
+    traceback, when it is collected: two such reports per fence in the worker's log, for
+    an event ``Transactions.commit`` already handled (``Fenced``, logged once). Every other
+    report goes to the handler ``loop`` had.
+    """
+    from aiokafka.errors import ProducerFenced
+
+    previous = loop.get_exception_handler()
+
+    def handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        exc = context.get("exception")
+        if isinstance(exc, ProducerFenced) and context.get("message") == _ABANDONED:
+            log.debug("a fenced producer's own future, never awaited: %r", exc)
+        elif previous is not None:
+            previous(loop, context)
+        else:
+            loop.default_exception_handler(context)
+
+    loop.set_exception_handler(handler)
 
 
 @dataclass(slots=True)
