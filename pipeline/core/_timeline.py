@@ -14,7 +14,7 @@ import orjson
 from prism.schemas import RunRow
 
 from ._classify import Classified
-from ._run import ENVELOPE_FIELDS, RunState, from_us
+from ._run import ENVELOPE_FIELDS, RunState, from_us, iso_us
 
 __all__ = ["RunView", "closed_record", "run_row", "turn_cache_inputs", "view_of"]
 
@@ -303,7 +303,7 @@ def closed_record(run: RunState, view: RunView) -> dict[str, Any]:
         "children": list(view.children.values()),
         "toolNarrowing": view.clamps,
         "steps": [
-            {"seq": s, "type": run.facts[e]["t"], "ts": _iso(run.facts[e]["ts"])}
+            {"seq": s, "type": run.facts[e]["t"], "ts": iso_us(run.facts[e]["ts"])}
             for s, e in view.cls.accepted
         ],
         "eventCount": len(view.cls.accepted),
@@ -326,4 +326,4 @@ def _sum_usage(rows: list[dict[str, Any]]) -> dict[str, int]:
 
 
 def _iso(us: int | None) -> str | None:
-    return None if us is None else from_us(us).isoformat()
+    return None if us is None else iso_us(us)
