@@ -168,12 +168,12 @@ class LedgerWriter:
         self._inflight: _Cut | None = None
         self._stored_ranges: list[SourceRange] = []
         self._contexts: dict[str, InsertContext] = {}
-        # LedgerBatch attribute -> (table, [(column, holds a datetime)], row -> values)
-        self._tables: dict[str, tuple[str, list[tuple[str, bool]], Callable[[Any], Any]]] = {}
+        # LedgerBatch attribute -> (table, [(column, holds a datetime)], row -> each value)
+        self._tables: dict[str, tuple[str, list[tuple[str, bool]], list[Callable[[Any], Any]]]] = {}
         for name, (table, cls) in STORAGE_TABLES.items():
             fields = dataclasses.fields(cls)
             columns = [(f.name, "datetime" in str(f.type)) for f in fields]
-            self._tables[name] = (table, columns, attrgetter(*(f.name for f in fields)))
+            self._tables[name] = (table, columns, [attrgetter(f.name) for f in fields])
 
     @property
     def pending_rows(self) -> int:
@@ -231,9 +231,10 @@ class LedgerWriter:
         for name, batch_rows in buf.rows.items():
             if not batch_rows:
                 continue
-            table, columns, getter = self._tables[name]
+            table, columns, getters = self._tables[name]
             try:
-                data = list(map(list, zip(*map(getter, batch_rows), strict=False)))
+                # a column at a time: zip over a row tuple per row took 1.7x as long
+                data = [list(map(getter, batch_rows)) for getter in getters]
                 for i, (_, is_time) in enumerate(columns):
                     if is_time:
                         data[i] = _epoch_ms(data[i])
