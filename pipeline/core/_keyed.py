@@ -68,8 +68,9 @@ class KeyedProcessor(Generic[S]):
         self.partition = partition
         self.clock = clock or EventClock(self.config.max_clock_skew_s)
         self.items: dict[str, S] = {}
-        # items restored but not decoded yet (``_load_item``): ``_get`` decodes one when
-        # first asked for; every key is in ``items`` or here, never both
+        # items in their stored bytes: restored and not decoded yet (``_load_item``), or
+        # written and put to rest (``_rests``); ``_get`` decodes one when next asked for;
+        # every key is in ``items`` or here, never both
         self._cold: dict[str, bytes] = {}
         self.offsets: dict[str, int] = {}  # source -> next offset to process (set by the shell)
         # the clock key the events processed move: the partition, or its forwarded copies'
@@ -114,6 +115,11 @@ class KeyedProcessor(Generic[S]):
     def _load_item(self, key: str, raw: bytes) -> None:
         """Restore one stored item (``load``); a subclass may leave it in ``_cold``."""
         self._index(self._decode(raw))
+
+    def _rests(self, item: S) -> bool:
+        """Whether an item just written may wait in its stored bytes (``_cold``) until it
+        is next asked for (``_get``), as a restored one does (``_load_item``)."""
+        return False
 
     def _index(self, item: S) -> None:
         """Put a (restored or reverted) state in ``items`` and the subclass's indexes."""
@@ -201,6 +207,7 @@ class KeyedProcessor(Generic[S]):
             self._unindex(key)
             self._dirty.discard(key)
             self._dropped.discard(key)
+            self._cold.pop(key, None)  # what ``_finish`` left in its bytes is void too
             if before is None:
                 self.items.pop(key, None)
             else:
@@ -256,7 +263,11 @@ class KeyedProcessor(Generic[S]):
         """Record the state writes of what changed (and the meta record) in ``out``."""
         writes = out.state_writes
         for key in self._dirty:
-            writes[self.item_key(key)] = self.items[key].to_bytes()
+            item = self.items[key]
+            raw = writes[self.item_key(key)] = item.to_bytes()
+            if self._rests(item):  # its bytes are made anyway, and hold it in far less
+                del self.items[key]
+                self._cold[key] = raw
         for key in self._dropped:
             writes[self.item_key(key)] = None
         meta = {

@@ -42,6 +42,6 @@ def test_a_run_closed_while_a_remote_lane_holds_the_watermark_at_zero_is_not_for
     assert [(r.closed, r.missing_count) for r in rows] == [(True, 1)]
     intake.clock.forget_remote(99)  # the remote lane's report expired: the watermark moves
     intake.commit(intake.tick(NOW + 4))  # a scan at the real watermark
-    assert "r" in intake.processor(0).runs  # a closed run with a gap waits for it
+    assert "r" in intake.processor(0).thawed()  # a closed run with a gap waits for it
     seen = _step(intake, [_rec("provider_turn_finished", 1, 2)], NOW + 5)
     assert seen["r"] == (True, 0, 3)  # the gap filled on the closed run

@@ -482,7 +482,7 @@ def test_a_copy_delivered_again_changes_no_output(grace_s: float) -> None:
         once.extend(ticked)
     assert once.ledger.quarantine and once.limit_deaths and once.ledger.alerts
     before = _meaning(ledger)
-    kept = intake.processors[home_partition(b"r1", K)].runs["r1"]
+    kept = intake.processors[home_partition(b"r1", K)].thawed()["r1"]
     assert (kept.tombstone is None) == (grace_s > 0)  # its facts, or only its event ids
     twice = _deliver(intake, ledger, first.forwards, len(again.forwards))
     assert twice.ledger == type(twice.ledger)()  # no row of any table

@@ -320,10 +320,10 @@ def test_closed_runs_shrink_to_tombstones_and_expire_after_retention():
     b = RunBuilder().started().turn(1).finished()
     proc = Processor(cfg)
     proc.process(deliveries(b.events), NOW)
-    assert proc.runs["r1"].tombstone is None  # facts stay through the grace period
+    assert proc.thawed()["r1"].tombstone is None  # facts stay through the grace period
     tick = RunBuilder("tick", start=T0 + timedelta(seconds=40)).started()
     proc.process(deliveries(tick.events), NOW)  # event time passes close + grace
-    assert proc.runs["r1"].tombstone and proc.runs["r1"].facts == {}
+    assert proc.thawed()["r1"].tombstone and proc.thawed()["r1"].facts == {}
     # still catches a duplicate and a post-terminal event
     b.turn(2)
     out = proc.process(deliveries([b.events[1], b.events[3]]), NOW)
@@ -332,7 +332,26 @@ def test_closed_runs_shrink_to_tombstones_and_expire_after_retention():
     ]
     later = RunBuilder("later", start=T0 + timedelta(minutes=20)).started()
     out = proc.process(deliveries(later.events), NOW)
-    assert "r1" not in proc.runs and out.state_writes[proc.run_key("r1")] is None
+    assert "r1" not in proc.thawed() and out.state_writes[proc.run_key("r1")] is None
+
+
+def test_a_run_closed_with_a_gap_rests_and_still_waits_for_it():
+    """A run the watermark closes with a seq missing rests in its bytes without a verdict
+    for its shrink: when the shrink is due, its facts are judged again and it keeps them."""
+    cfg = CoreConfig(grace_period_s=30, stale_after_s=3600, tombstone_retention_s=600)
+    b = RunBuilder().started().turn(1).turn(2).finished()
+    proc = Processor(cfg)
+    proc.process(deliveries(b.events[:1] + b.events[2:]), NOW)  # seq 1 missing
+    tick = RunBuilder("tick", start=T0 + timedelta(seconds=40)).started()
+    out = proc.process(deliveries(tick.events), NOW)  # terminal + grace passed: closed
+    assert [(r.closed, r.missing_count) for r in out.ledger.runs if r.run_id == "r1"] == [(True, 1)]
+    assert "r1" in proc._cold and "r1" not in proc._rest_meta
+    later = RunBuilder("later", start=T0 + timedelta(seconds=120)).started()
+    proc.process(deliveries(later.events), NOW)  # its close + grace passed: due to shrink
+    run = proc.thawed()["r1"]
+    assert run.closed and run.tombstone is None and len(run.facts) == 3
+    out = proc.process(deliveries(b.events[1:2]), NOW)  # the gap fills late, on its facts
+    assert [r.missing_count for r in out.ledger.runs if r.run_id == "r1"] == [0]
 
 
 def test_a_run_is_classified_again_only_when_its_facts_change(monkeypatch):
@@ -354,12 +373,13 @@ def test_a_run_is_classified_again_only_when_its_facts_change(monkeypatch):
     backup = proc.runs["r1"].copy()
     assert backup.classified is None  # a copy starts without the cache
     proc.process(deliveries(events[1:2]), NOW)  # the gap fills: judged anew, then closed
-    assert judged == [3, 4] and proc.runs["r1"].closed
+    assert judged == [3, 4]  # the close reused the settle's verdict
+    assert "r1" not in proc.runs and "r1" in proc._cold  # closed: it rests in its bytes
     tick = RunBuilder("tick", start=T0 + timedelta(seconds=40)).started()
-    proc.process(deliveries(tick.events), NOW)  # past close + grace: the shrink reuses it
-    assert proc.runs["r1"].tombstone is not None
-    assert judged == [3, 4, 1]  # the third: the new run "tick"
-    assert proc.runs["r1"].classified is None
+    proc.process(deliveries(tick.events), NOW)  # past close + grace: decoded and shrunk
+    assert judged == [3, 4, 1]  # the third: the new run "tick"; r1's rested verdict served
+    shrunk = proc.thawed()["r1"]
+    assert shrunk.tombstone is not None and shrunk.classified is None
 
 
 def test_state_round_trips_through_bytes():

@@ -169,3 +169,35 @@ def test_restoring_a_lane_decodes_only_its_live_runs() -> None:
     assert 0 < len(proc.runs) < stored_runs  # the closed and incomplete ones wait cold
     assert all(_live(run) for run in proc.runs.values())
     assert len(proc.thawed()) == stored_runs
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(0, 5), st.integers(7, 300), st.lists(st.booleans(), min_size=1, max_size=40))
+def test_runs_at_rest_in_their_bytes_step_on_exactly_as_decoded_ones(
+    seed: int, batch: int, undo: list[bool]
+) -> None:
+    """A run that closes (or goes incomplete) rests in its state record's bytes until it
+    is next asked for (``_rests``). A lane that keeps every run decoded writes the same
+    rows, records and state, batch by batch, including a step rolled back and stepped
+    again (the rollback voids the bytes the step put to rest)."""
+    recs = _records(seed)
+    resting, decoded = Intake(_SHORT), Intake(_SHORT)
+    decoded.processor(0)._rests = lambda item: False  # type: ignore[method-assign]
+    rested = 0
+    for n, start in enumerate(range(0, len(recs), batch)):
+        part = recs[start : start + batch]
+        outs = []
+        for intake in (resting, decoded):
+            if undo[n % len(undo)]:
+                intake.step(0, part, NOW + n)
+                intake.rollback(0)
+            outs.append(intake.step(0, part, NOW + n))
+            intake.commit(0)
+        assert _digest(outs[0]) == _digest(outs[1])
+        proc = resting.processor(0)
+        assert not set(proc.items) & set(proc._cold)  # a key is decoded or at rest, not both
+        rested = max(rested, len(proc._cold))
+    assert rested > 0 and not decoded.processor(0)._cold
+    assert {k: v.to_bytes() for k, v in resting.processor(0).thawed().items()} == {
+        k: v.to_bytes() for k, v in decoded.processor(0).thawed().items()
+    }

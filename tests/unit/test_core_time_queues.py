@@ -63,7 +63,7 @@ def _two_runs_closed_out_of_time_order() -> tuple[Intake, dict[str, bytes]]:
     outs = intake.tick(NOW + 7)
     intake.commit(outs)
     _keep(state, outs)
-    runs = intake.processor(0).runs
+    runs = intake.processor(0).thawed()
     assert runs["late"].closed and runs["early"].closed
     assert _shrunk(intake) == set()  # the watermark is at 0: nothing is due
     return intake, state
