@@ -23,6 +23,12 @@ chDB hosts one engine per process, so ``run()`` works in a child process.
 Run: ``.venv/bin/python -m bench.bench_stages [--quick] [--events N] [--batch N]
 [--tracemalloc]``.
 
+``--core-only [--events N] [--repeat R]`` (not part of ``python -m bench``) times the
+intake step alone, without the ledger, in CPU time: ``core_step`` per event of the best
+of R runs (default 3) over a fleet of N events (default 60,000), split into ``core_parse``
+and ``core_rest``. Between two versions of the parser or the core, run it for each in
+turn, a few times: its spread is a few percent where the whole loop's is 15%.
+
 ``--tracemalloc`` (not part of ``python -m bench``: tracing slows every stage several
 times) says what holds the Python heap: ``traced_peak`` (the most Python objects alive
 at once), ``traced_end`` (after the last batch), ``traced_last_batch`` (what freeing the
@@ -243,10 +249,65 @@ def _child(
     return rows + traced
 
 
+def core_only(events: int, batch_size: int = BATCH, repeat: int = 3) -> list[dict[str, Any]]:
+    """The intake step alone (``Intake.step`` and ``commit``, no ledger), in this process:
+    the least noisy figure for a change to the parser or the core. Each of ``repeat`` runs
+    takes a fresh intake over the same fleet with the worker's collector policy; the rows
+    are the best run's parse and rest of the step, in CPU time per event."""
+    from prism.pipeline.core import Intake
+    from prism.pipeline.settings import Settings
+    from prism.pipeline.worker._gc import GcPolicy
+
+    parts = _fleet(events)
+    total = sum(map(len, parts.values()))
+    settings = Settings()
+    per = max(1, batch_size // PARTITIONS)
+    best: tuple[float, float] | None = None  # (step, parse) CPU seconds
+    for _ in range(repeat):
+        intake = Intake(settings.core_config(), max_event_bytes=settings.max_event_bytes)
+        parse = [0.0]
+        real_parse = intake._parse
+
+        def timed_parse(records: Any, _real: Any = real_parse, _acc: list[float] = parse) -> Any:
+            t = time.process_time()
+            try:
+                return _real(records)
+            finally:
+                _acc[0] += time.process_time() - t
+
+        intake._parse = timed_parse  # type: ignore[method-assign]
+        policy = GcPolicy()
+        gc.collect()
+        gc.freeze()
+        started = time.process_time()
+        for p, recs in parts.items():
+            for i in range(0, len(recs), per):
+                with policy.batch():
+                    intake.step(p, recs[i : i + per], 1.0e9)
+                    intake.commit(p)
+        step = time.process_time() - started
+        if best is None or step < best[0]:
+            best = (step, parse[0])
+        del intake
+        gc.unfreeze()
+        gc.collect()
+    assert best is not None
+    rows = [_row("core_events", total, "events"), _row("core_repeat", repeat, "runs")]
+    rows.append(_row("core_step", best[0] / total * 1e6, "us/event"))
+    rows.append(_row("core_parse", best[1] / total * 1e6, "us/event"))
+    rows.append(_row("core_rest", (best[0] - best[1]) / total * 1e6, "us/event"))
+    return rows
+
+
 def main(argv: list[str]) -> None:
     quick, trace = "--quick" in argv, "--tracemalloc" in argv
     events = int(argv[argv.index("--events") + 1]) if "--events" in argv else None
     batch = int(argv[argv.index("--batch") + 1]) if "--batch" in argv else None
+    if "--core-only" in argv:
+        repeat = int(argv[argv.index("--repeat") + 1]) if "--repeat" in argv else 3
+        for row in core_only(events or 60_000, batch or BATCH, repeat):
+            print(f"{row['bench']:8} {row['metric']:34} {row['value']:>14,.3f} {row['unit']}")
+        return
     if "--child" in argv:
         print(json.dumps(_child(quick, events, batch or BATCH, trace)))
         return

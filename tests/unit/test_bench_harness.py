@@ -253,6 +253,17 @@ def test_the_stage_benchmark_batches_as_the_worker_does_by_default() -> None:
     assert Settings.model_fields["batch_max_events"].default == bench_stages.BATCH
 
 
+def test_the_core_only_stage_bench_reports_the_best_run_split_into_parse_and_rest() -> None:
+    from bench import bench_stages
+
+    rows = {r["metric"]: r for r in bench_stages.core_only(1_500, batch_size=400, repeat=2)}
+    assert list(rows) == ["core_events", "core_repeat", "core_step", "core_parse", "core_rest"]
+    assert rows["core_events"]["value"] > 1_000 and rows["core_repeat"]["value"] == 2
+    step, parse, rest = (rows[k]["value"] for k in ("core_step", "core_parse", "core_rest"))
+    assert parse > 0 and rest > 0 and abs(step - parse - rest) < 0.01  # rounded to 3 places
+    assert {rows[k]["unit"] for k in ("core_step", "core_parse", "core_rest")} == {"us/event"}
+
+
 def test_the_worker_stage_rows_come_from_the_stats_file() -> None:
     from bench.bench_pipeline import stage_rows
 
