@@ -81,9 +81,10 @@ def _row(metric: str, value: float, unit: str) -> dict[str, Any]:
 class _Timers:
     """Seconds per stage, and the GC pauses seen through ``gc.callbacks``."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Any = time.perf_counter) -> None:
         self.seconds: defaultdict[str, float] = defaultdict(float)
         self._gc_started = 0.0
+        self._clock = clock
 
     def gc_callback(self, phase: str, _info: dict[str, Any]) -> None:
         if phase == "start":
@@ -93,11 +94,11 @@ class _Timers:
 
     def timed(self, stage: str, fn: Any) -> Any:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            t = time.perf_counter()
+            t = self._clock()
             try:
                 return fn(*args, **kwargs)
             finally:
-                self.seconds[stage] += time.perf_counter() - t
+                self.seconds[stage] += self._clock() - t
 
         return wrapper
 
@@ -265,17 +266,8 @@ def core_only(events: int, batch_size: int = BATCH, repeat: int = 3) -> list[dic
     best: tuple[float, float] | None = None  # (step, parse) CPU seconds
     for _ in range(repeat):
         intake = Intake(settings.core_config(), max_event_bytes=settings.max_event_bytes)
-        parse = [0.0]
-        real_parse = intake._parse
-
-        def timed_parse(records: Any, _real: Any = real_parse, _acc: list[float] = parse) -> Any:
-            t = time.process_time()
-            try:
-                return _real(records)
-            finally:
-                _acc[0] += time.process_time() - t
-
-        intake._parse = timed_parse  # type: ignore[method-assign]
+        timers = _Timers(time.process_time)
+        intake._parse = timers.timed("parse", intake._parse)  # type: ignore[method-assign]
         policy = GcPolicy()
         gc.collect()
         gc.freeze()
@@ -287,7 +279,7 @@ def core_only(events: int, batch_size: int = BATCH, repeat: int = 3) -> list[dic
                     intake.commit(p)
         step = time.process_time() - started
         if best is None or step < best[0]:
-            best = (step, parse[0])
+            best = (step, timers.seconds["parse"])
         del intake
         gc.unfreeze()
         gc.collect()
