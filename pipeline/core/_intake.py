@@ -249,10 +249,15 @@ class Intake:
         """The earliest event time of the forwarded copies still on their way to the
         partition's repartition partition (None: none): the watermark stays at it until
         they are applied. A step that forwards agent events lowers it itself (on the lane
-        numbered as the home partition); the shell sets it from the copies it knows were
-        produced and not yet stepped (``Forward.ts_us``), channel operations' included,
-        and ``behind(partition, False, forwarded=True)`` releases it."""
+        numbered as the home partition); the shell sets it for the copies a restored
+        slot's last owner left in flight (``Forward.ts_us``, kept with the slot's
+        position) and releases it once they were applied, as
+        ``behind(partition, False, forwarded=True)`` does."""
         self.clock.hold(forwarded_lane(partition), ts_us)
+
+    def held(self, partition: int) -> int | None:
+        """The time ``hold`` holds the partition's copies at (None: none)."""
+        return self.clock.held(forwarded_lane(partition))
 
     def behind(self, partition: int, behind: bool, *, forwarded: bool = False) -> None:
         """Whether the partition's input (``forwarded``: its repartition partition) still

@@ -302,7 +302,6 @@ class PipelineWorker:
                    for p in sorted(touched) if p in self.slots.held}  # fmt: skip
         fenced = await self.slots.commit(commits)
         self.watch.sent(reports, now, fenced)
-        self.watch.note_copies(parts, self.checkpoint.produced)
         self._report_figures()
 
     async def _after(self, out: Output) -> None:

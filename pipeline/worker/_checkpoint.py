@@ -18,7 +18,9 @@ The sequence, in the order the worker runs it for every batch and timer tick:
    outputs (DLQ, quarantine, closed runs, alerts, limit deaths, forwarded copies), its
    lanes' state writes and position record, its lanes' event-time reports, and the
    consumer offsets of its partitions, with this process's commit token as the offsets'
-   metadata. Readers read committed: all of it appears at once, or none of it.
+   metadata. A slot that forwarded copies writes its position record again once the
+   brokers acknowledged them, naming their offsets (``SlotCommit.tail``). Readers read
+   committed: all of it appears at once, or none of it.
 3. **After.** Notifiers get the batch's alert rows (at least once; receivers
    deduplicate by alert id), stats are counted.
 
@@ -40,7 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -97,10 +99,16 @@ def quiet_fenced_futures(loop: asyncio.AbstractEventLoop) -> None:
 
 @dataclass(slots=True)
 class SlotCommit:
-    """What one slot's transaction carries: records, and offsets (next offset to read)."""
+    """What one slot's transaction carries: records, and offsets (next offset to read).
+
+    ``tail``: records that name where ``records`` landed, sent in the same transaction
+    once the brokers acknowledged them (it gets the offset of the last record written to
+    each (topic, partition)): the slot's position record with the offsets of the copies
+    it forwarded (``_slotstate``)."""
 
     records: list[ProducedRecord] = field(default_factory=list)
     offsets: dict[TopicPartition, int] = field(default_factory=dict)
+    tail: Callable[[Mapping[tuple[str, int], int]], list[ProducedRecord]] | None = None
 
 
 class Transactions:
@@ -221,6 +229,9 @@ class Transactions:
                 raise _Unusable(f"its producer cannot begin a transaction ({exc!r})") from exc
             try:
                 produced = await send_records(producer, commit.records, self._partitioner)
+                if commit.tail is not None:
+                    last = await send_records(producer, commit.tail(produced), self._partitioner)
+                    produced = {**produced, **last}
                 if commit.offsets:
                     offsets = {tp: (o, metadata) for tp, o in commit.offsets.items()}
                     await producer.send_offsets_to_transaction(offsets, self.group)

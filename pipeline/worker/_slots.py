@@ -63,6 +63,13 @@ class Slot:
         return (self.partition, CHANNEL_LANE + self.partition)
 
 
+def _add(copies: dict[int, tuple[int, int]], lane: int, ts: int, offset: int) -> None:
+    """Count copies of ``lane`` (earliest event time ``ts``, last one at ``offset``) in
+    ``copies``: the earliest time and the last offset of both."""
+    was = copies.get(lane)
+    copies[lane] = (ts, offset) if was is None else (min(was[0], ts), max(was[1], offset))
+
+
 def slot_of(lane: int) -> int:
     """The slot (Kafka partition number) of a core lane."""
     return lane % CHANNEL_LANE
@@ -97,6 +104,11 @@ class Slots:
         self.forwarded_from: Counter[int] = Counter()  # source partition -> records forwarded
         self._patterns: set[str] = set()  # producer patterns warned about
         self.fenced_at: dict[int, float] = {}  # slot -> when its commit was fenced
+        # home lane -> (earliest event time, offset of the last copy) of the agent-event
+        # copies this process forwarded (or inherited with a restored slot) and has not
+        # seen applied: they hold the watermark until then (``_slotstate``, ``_watch``)
+        self.in_flight: dict[int, tuple[int, int]] = {}
+        self._sending: dict[int, dict[int, int]] = {}  # slot -> this commit's copies
         # a lane output's spend records for the budget desk (budgets on), before its report
         self.spend: Callable[[Output], list[OutRecord]] | None = None
 
@@ -185,6 +197,8 @@ class Slots:
             metas = {committed[tp][1] for tp in self.tps(p) if tp in committed}
             slot.token = metas.pop() if len(metas) == 1 else ""
             self.held[p] = slot
+            if stored is not None:
+                self.inherit(stored.copies)
             runs = sum(proc.size for lane in slot.lanes for proc in self.intake.lane(lane))
             log.info(
                 "slot %d: restored %d runs or channel operations (%d state records of "
@@ -248,6 +262,7 @@ class Slots:
         t = self.topics
         slot = self.held[p]
         recs: list[ProducedRecord] = []
+        sent: dict[int, int] = {}  # home lane -> the earliest event time of its copies here
         for lane in slot.lanes:
             out = parts.get(lane)
             if out is not None:
@@ -266,6 +281,8 @@ class Slots:
                 for f in out.forwards:  # to the home partition's repartition topic
                     topic = t.channel_repartition if f.channel else t.repartition
                     recs.append(ProducedRecord(topic, f.key, f.value, f.partition, f.headers))
+                    if not f.channel:
+                        sent[f.partition] = min(sent.get(f.partition, f.ts_us), f.ts_us)
                 for r in self.spend(out) if self.spend is not None else ():
                     recs.append(ProducedRecord(t.limit_deaths, r.key, r.value, 0))
             report = reports.get(lane)
@@ -276,9 +293,38 @@ class Slots:
                     recs.append(ProducedRecord(t.limit_deaths, r.key, r.value, 0))
                 recs.append(ProducedRecord(t.lane_marks, r.key, r.value, 0))
         positions = {tp.topic: o for tp, o in slot.positions.items()}
-        state = SlotState(self.partitions, positions, slot.generation)
+        state = SlotState(self.partitions, positions, slot.generation, dict(self.in_flight))
         recs.append(ProducedRecord(self.changelog, KEY, state.to_bytes(), p))
-        return SlotCommit(recs, dict(slot.positions))
+        if not sent:
+            self._sending.pop(p, None)
+            return SlotCommit(recs, dict(slot.positions))
+        self._sending[p] = sent
+
+        def tail(produced: Mapping[tuple[str, int], int]) -> list[ProducedRecord]:
+            # the position record again, naming the offsets the copies took
+            copies = self._merged(sent, {**self.checkpoint.produced, **produced})
+            state = SlotState(self.partitions, positions, slot.generation, copies)
+            return [ProducedRecord(self.changelog, KEY, state.to_bytes(), p)]
+
+        return SlotCommit(recs, dict(slot.positions), tail)
+
+    def _merged(
+        self, sent: Mapping[int, int], produced: Mapping[tuple[str, int], int]
+    ) -> dict[int, tuple[int, int]]:
+        """``in_flight`` with the copies ``sent`` (home lane -> earliest event time) added,
+        each home's last offset taken from ``produced``."""
+        copies = dict(self.in_flight)
+        for lane, ts in sent.items():
+            _add(copies, lane, ts, produced.get((self.topics.repartition, lane), -1))
+        return copies
+
+    def inherit(self, copies: Mapping[int, tuple[int, int]]) -> None:
+        """Copies in flight read with a restored slot (its last owner's): held here until
+        seen applied, as if this process had sent them."""
+        for lane, (ts, offset) in copies.items():
+            _add(self.in_flight, lane, ts, offset)
+            held = self.intake.held(lane)
+            self.intake.hold(lane, ts if held is None else min(held, ts))
 
     def tick_output(self, outs: Mapping[int, Output]) -> Output:
         """The lanes' tick outputs as one, each lane's named by its source partition's
@@ -312,6 +358,9 @@ class Slots:
         for p, commit in commits.items():
             if str(p) not in fenced and commit.offsets and p in self.held:
                 self.held[p].token = self.checkpoint.last.get(str(p), "")
+            sent = self._sending.pop(p, None)
+            if sent and str(p) not in fenced:  # a fenced commit's copies were never sent
+                self.in_flight = self._merged(sent, self.checkpoint.produced)
         dropped = {int(s) for s in fenced}
         for p in dropped:
             await self.drop(p)

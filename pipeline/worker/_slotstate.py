@@ -14,6 +14,14 @@ since 2026, or the stored one plus one), and its ledger rows carry it in their v
 (``core.KeyedProcessor.row_version``). Rows an earlier owner inserted but never committed
 (a crash or a fence between the insert and the transaction) are thereby outranked by the
 new owner's rows of the same keys, whatever batch cut either of them stepped.
+
+And it keeps the *copies in flight* of the process that wrote it: for each home lane it
+forwarded agent events to, the earliest event time of the copies it has not yet seen
+applied there and the offset of the last one (``_slots.Slots.in_flight``). They hold
+the watermark until their home's repartition position passes that offset. A process
+that dies takes its memory with it; the next owner of any of its slots reads them here
+and holds the watermark for them in its place, so no run is closed, shrunk or alerted on
+past a copy still on its way (rule 16) because the process that sent it is gone.
 """
 
 from __future__ import annotations
@@ -44,16 +52,19 @@ class SlotState:
     partitions: int
     positions: dict[str, int] = field(default_factory=dict)
     generation: int = 0  # the owner generation its rows carry (absent before: 0)
+    # home lane -> (earliest event time, offset of the last copy) of copies in flight
+    copies: dict[int, tuple[int, int]] = field(default_factory=dict)
 
     def to_bytes(self) -> bytes:
-        return orjson.dumps(
-            {
-                "format": FORMAT,
-                "partitions": self.partitions,
-                "positions": self.positions,
-                "generation": self.generation,
-            }
-        )
+        d: dict[str, object] = {
+            "format": FORMAT,
+            "partitions": self.partitions,
+            "positions": self.positions,
+            "generation": self.generation,
+        }
+        if self.copies:
+            d["copies"] = {str(lane): list(v) for lane, v in sorted(self.copies.items())}
+        return orjson.dumps(d)
 
     @classmethod
     def from_bytes(cls, raw: bytes) -> SlotState:
@@ -74,4 +85,17 @@ class SlotState:
         generation = d.get("generation", 0)
         if not isinstance(generation, int) or isinstance(generation, bool) or generation < 0:
             raise ValueError(f"slot position record with a bad generation: {generation!r}")
-        return cls(partitions, dict(positions), generation)
+        return cls(partitions, dict(positions), generation, _copies(d.get("copies", {})))
+
+
+def _copies(raw: object) -> dict[int, tuple[int, int]]:
+    """The ``copies`` of a stored record (absent before: none); ``ValueError`` names a bad one."""
+    out: dict[int, tuple[int, int]] = {}
+    if not isinstance(raw, dict):
+        raise ValueError(f"slot position record with bad copies in flight: {raw!r}")
+    for lane, v in raw.items():
+        ok = isinstance(v, list) and len(v) == 2 and all(type(x) is int for x in v)
+        if not ok or not isinstance(lane, str) or not lane.isdigit():
+            raise ValueError(f"slot position record with bad copies in flight: {lane!r}: {v!r}")
+        out[int(lane)] = (v[0], v[1])
+    return out

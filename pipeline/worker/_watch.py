@@ -20,10 +20,12 @@ end offset, and turns that into:
 - **progress rows** (``progress``): each held input partition's position and end, once per
   ``Settings.progress_interval_seconds``, for the Pipeline dashboard's lag panel;
 - **holds released** (``release_copies``): a step that forwards copies holds the
-  watermark at their time on their home lane (``Intake.hold``). A home lane held here
-  releases it itself once its repartition partition has nothing waiting; for a home
-  lane another process holds, this process waits for that lane's report (lane-marks)
-  to show a repartition position past the last copy it committed there.
+  watermark at their time on their home lane (``Intake.hold``), and the commit keeps
+  them as copies in flight (``Slots.in_flight``, written into every slot's position
+  record, so the next owner of a slot of a process that died holds them in its place).
+  A hold is released once the home lane's repartition position is past the last copy
+  in flight there: this process's own position when it holds the home lane (or nothing
+  waits there), else the position in that lane's last report (lane-marks).
 """
 
 from __future__ import annotations
@@ -39,10 +41,9 @@ from aiokafka import TopicPartition
 
 from prism.schemas import ProgressRow
 
-from ..core import InRecord, Intake, LaneReport, Output, lane_of_forwarded
+from ..core import InRecord, Intake, LaneReport, lane_of_forwarded
 from ..settings import Settings
 from ._consumer import GroupConsumer
-from ._lanes import CHANNEL_LANE
 from ._marks import heartbeat_s
 from ._offsets import ReadBack
 from ._slots import Slots, slot_of
@@ -82,7 +83,6 @@ class PartitionWatch:
         self._idle_since: dict[int, float] = {}  # lane -> processing time it went idle
         self._undelivered: dict[TopicPartition, tuple[tuple[int, int], float]] = {}
         self._progress_at = 0.0
-        self._copies: dict[int, int] = {}  # remote home lane -> last copy's offset there
 
     # -- a fetch ------------------------------------------------------------------------
     async def route(
@@ -257,36 +257,29 @@ class PartitionWatch:
         return rows
 
     # -- forwarded copies ------------------------------------------------------------------
-    def note_copies(
-        self, parts: Mapping[int, Output], produced: Mapping[tuple[str, int], int]
-    ) -> None:
-        """After a commit: the home lanes of its copies that another process holds, and
-        the offset of the last copy committed to each."""
-        for part in parts.values():
-            for f in part.forwards:
-                lane = f.partition + (CHANNEL_LANE if f.channel else 0)
-                if f.partition in self.slots.held:
-                    continue  # released by this process's own tick (``Intake.behind``)
-                offset = produced.get((self.slots.repartition_of(lane), f.partition))
-                if offset is not None:
-                    self._copies[lane] = max(self._copies.get(lane, -1), offset)
-
     def release_copies(self, reported: Mapping[int, int]) -> None:
-        """Release the holds of remote home lanes whose reported repartition position
-        (``reported``: lane -> position) is past the last copy sent there. A hold set while
-        the home lane was held here and kept when it moved away waits the same way, for
-        the last copy this process produced there."""
-        for key in self.intake.clock.holds():
-            lane = lane_of_forwarded(key)
-            if lane is None or slot_of(lane) in self.slots.held or lane in self._copies:
-                continue
-            topic = self.slots.repartition_of(lane)
-            self._copies[lane] = self.slots.checkpoint.produced.get((topic, slot_of(lane)), -1)
-        for lane, offset in list(self._copies.items()):
-            if slot_of(lane) in self.slots.held or reported.get(lane, -1) > offset:
-                if slot_of(lane) not in self.slots.held:
-                    self.intake.hold(lane, None)
-                del self._copies[lane]
+        """Release the holds of home lanes whose repartition position is past the last
+        copy in flight there (``Slots.in_flight``): this process's own position when it
+        holds the home lane, else the one its owner last reported (``reported``: lane ->
+        position, from lane-marks). A hold with no copy in flight (its commit was fenced:
+        the slot's next owner sends them again) waits for the last copy this process
+        produced there. The holds of a home held here are also released by this
+        process's tick once nothing waits there (``Intake.behind``)."""
+        in_flight, produced = self.slots.in_flight, self.slots.checkpoint.produced
+        homes = set(in_flight)
+        homes.update(lane for key in self.intake.clock.holds()
+                     if (lane := lane_of_forwarded(key)) is not None)  # fmt: skip
+        for lane in sorted(homes):
+            p, topic = slot_of(lane), self.slots.repartition_of(lane)
+            last = in_flight[lane][1] if lane in in_flight else produced.get((topic, p), -1)
+            slot = self.slots.held.get(p)
+            position = (
+                slot.positions.get(TopicPartition(topic, p)) if slot is not None
+                else reported.get(lane)
+            )  # fmt: skip
+            if position is not None and position > last:
+                in_flight.pop(lane, None)
+                self.intake.hold(lane, None)
 
     async def close(self) -> None:
         for reader in self.readers.values():

@@ -10,7 +10,9 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+from collections.abc import Mapping
 
+import orjson
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -122,6 +124,68 @@ def test_records_land_in_order_on_their_partitions(kafka_bootstrap: str, topic_p
         expected[p].append((r.key, r.value, list(r.headers)))
     assert len({_java_partition(k, 3) for k in KEYS}) > 1  # the keys spread: the test can fail
     assert got == expected
+
+
+def test_a_tail_names_where_the_records_before_it_landed(
+    kafka_bootstrap: str, topic_prefix: str
+) -> None:
+    """``SlotCommit.tail`` gets the offset of the last record written to each partition
+    and its records join the same transaction (the slot's position record naming the
+    offsets of the copies it forwarded)."""
+    topic = f"{topic_prefix}.tailed"
+    seen: list[dict[tuple[str, int], int]] = []
+
+    def tail(produced: Mapping[tuple[str, int], int]) -> list[ProducedRecord]:
+        seen.append(dict(produced))
+        named = orjson.dumps({f"{t}:{p}": o for (t, p), o in sorted(produced.items())})
+        return [ProducedRecord(topic, b"tail", named, 0)]
+
+    async def scenario() -> dict[int, list[tuple[int, bytes | None]]]:
+        admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+        await admin.start()
+        try:
+            await admin.create_topics([NewTopic(topic, 2, 1)])
+        finally:
+            await admin.close()
+        txns = Transactions(f"{topic_prefix}-g", {"bootstrap_servers": kafka_bootstrap})
+        try:
+            await txns.open("0")
+            first = [ProducedRecord(topic, b"a", b"%d" % i, i % 2) for i in range(5)]
+            await txns.commit("0", SlotCommit(first, {}, tail), "worker-a:1")
+            await txns.commit("0", SlotCommit(first[:2], {}, tail), "worker-a:2")
+        finally:
+            await txns.close_all()
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=kafka_bootstrap,
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+            isolation_level="read_committed",
+        )
+        await consumer.start()
+        try:
+            tps = [TopicPartition(topic, p) for p in range(2)]
+            consumer.assign(tps)
+            got: dict[int, list[tuple[int, bytes | None]]] = {0: [], 1: []}
+            while sum(map(len, got.values())) < 9:
+                fetched = await consumer.getmany(*tps, timeout_ms=10_000)
+                assert fetched, f"only {got} arrived"
+                for tp, recs in fetched.items():
+                    got[tp.partition] += [(r.offset, r.value) for r in recs]
+            return got
+        finally:
+            await consumer.stop()
+
+    got = asyncio.run(scenario())
+    # a transaction's commit marker takes an offset of its own in each partition it wrote
+    values = {p: [v for _, v in recs] for p, recs in got.items()}
+    assert values == {0: [b"0", b"2", b"4", _named(seen[0]), b"0", _named(seen[1])],
+                      1: [b"1", b"3", b"1"]}  # fmt: skip
+    assert seen[0] == {(topic, 0): got[0][2][0], (topic, 1): got[1][1][0]}  # "4" and "3"
+    assert seen[1] == {(topic, 0): got[0][4][0], (topic, 1): got[1][2][0]}
+
+
+def _named(produced: Mapping[tuple[str, int], int]) -> bytes:
+    return orjson.dumps({f"{t}:{p}": o for (t, p), o in sorted(produced.items())})
 
 
 async def _committed(

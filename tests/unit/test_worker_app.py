@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import gc
 from collections.abc import Collection
+from datetime import datetime
 from typing import Any
 
 import orjson
@@ -27,6 +28,7 @@ import pytest
 from aiokafka import TopicPartition
 
 from prism.pipeline.core import InRecord, home_partition
+from prism.pipeline.core._run import to_us
 from prism.pipeline.settings import Settings
 from prism.pipeline.worker._app import PipelineWorker
 from prism.pipeline.worker._checkpoint import Fenced, SlotCommit
@@ -41,6 +43,7 @@ class _Broker:
     def __init__(self) -> None:
         self.state: dict[tuple[str, int], dict[bytes, bytes]] = {}
         self.committed: dict[TopicPartition, tuple[int, str]] = {}
+        self.ends: dict[tuple[str, int], int] = {}  # (topic, partition) -> its end offset
         self.steps: list[tuple[str, Any]] = []
         self.owner: dict[str, object] = {}  # slot -> the Transactions that opened it last
 
@@ -69,6 +72,11 @@ class _Transactions:
         if self.broker.owner.get(slot) is not self or slot not in self.producers:
             raise Fenced(f"slot {slot}: fenced")
         await asyncio.sleep(0)
+        produced = self._append(commit.records)
+        if commit.tail is not None:  # sent once the brokers acknowledged the rest
+            tail = commit.tail(produced)
+            produced.update(self._append(tail))
+            commit = SlotCommit([*commit.records, *tail], commit.offsets)
         self.broker.steps.append(("txn", (slot, commit)))
         for r in commit.records:
             if r.topic.endswith("-changelog"):
@@ -79,7 +87,17 @@ class _Transactions:
                     part[r.key or b""] = r.value
         for tp, offset in commit.offsets.items():
             self.broker.committed[tp] = (offset, metadata)
-        return {}  # no offsets: nothing here waits for its copies
+        return produced
+
+    def _append(self, records: Collection[Any]) -> dict[tuple[str, int], int]:
+        """The offset of the last of ``records`` in each (topic, partition) they name."""
+        last = {}
+        for r in records:
+            if r.partition is not None:
+                key = (r.topic, r.partition)
+                last[key] = self.broker.ends.get(key, 0)
+                self.broker.ends[key] = last[key] + 1
+        return last
 
 
 class _Consumer:
@@ -565,6 +583,50 @@ def test_records_off_home_are_forwarded_in_their_source_offsets_transaction(
     assert {dict(r.headers)["source-partition"] for r in copies} == {b"0"}
 
 
+def test_copies_in_flight_outlive_the_process_that_sent_them(tmp_path: Any) -> None:
+    """A process forwards copies and dies before their home applied them: the next owner
+    of the slot they came from reads them with its position record and holds the
+    watermark at their time, in its reports too, until each home's repartition position
+    is past the last copy sent there. (A soak lost a duplicate claim to a run that shrank
+    while its copy waited, after the process that forwarded it was killed.)"""
+    broker = _Broker()
+    a = _worker(tmp_path, broker, "a", partitions=4)
+    recs = _records(a.topics.input)  # every run's records on partition 0, whatever its home
+    tp = TopicPartition(a.topics.input, 0)
+
+    async def forward() -> None:
+        await _assign(a, _slot(a, 0))
+        await a._batch({tp: recs})
+
+    asyncio.run(forward())
+    [(_, commit)] = _txns(broker)
+    copies = [r for r in commit.records if r.topic == a.topics.repartition]
+    homes = sorted({r.partition for r in copies if r.partition is not None})
+    earliest = {h: min(to_us(datetime.fromisoformat(orjson.loads(r.value)["ts"]))
+                       for r in copies if r.partition == h) for h in homes}  # fmt: skip
+    last = {h: broker.ends[(a.topics.repartition, h)] - 1 for h in homes}
+    assert homes == [1, 2, 3]
+    assert a.slots.in_flight == {h: (earliest[h], last[h]) for h in homes}
+    stored = SlotState.from_bytes(broker.state[(a.slots.changelog, 0)][KEY])
+    assert stored.copies == a.slots.in_flight  # the record the tail wrote last
+
+    b = _worker(tmp_path, broker, "b", partitions=4)  # ``a`` is gone; ``b`` takes slot 0
+    asyncio.run(_assign(b, _slot(b, 0)))
+    assert {h: b.intake.held(h) for h in homes} == earliest
+    assert b.intake.clock.watermark_us <= min(earliest.values())
+    reports = b.watch.reports(1_800_000_000.0, {})
+    assert reports and {r.hold_us for r in reports.values()} == {min(earliest.values())}
+
+    b.watch.release_copies({1: last[1] + 1, 2: last[2], 3: last[3] + 5})  # 2: not yet
+    assert {h: b.intake.held(h) for h in homes} == {1: None, 2: earliest[2], 3: None}
+    assert b.slots.in_flight == {2: (earliest[2], last[2])}
+    b.watch.release_copies({2: last[2] + 1})
+    assert b.intake.held(2) is None and not b.slots.in_flight
+    commit_b = b.slots.commit_of(0, {}, {}, 1_800_000_000.0)
+    state_b = SlotState.from_bytes([r.value for r in commit_b.records if r.key == KEY][-1] or b"")
+    assert state_b.copies == {}  # released: the next owner inherits nothing
+
+
 def test_an_assignment_that_splits_a_slot_is_refused() -> None:
     topics = ("in", "ch", "in.r", "ch.r")
     whole = {TopicPartition(t, 1) for t in topics}
@@ -576,6 +638,12 @@ def test_an_assignment_that_splits_a_slot_is_refused() -> None:
 def test_the_slot_position_record_is_versioned() -> None:
     state = SlotState(4, {"in": 10, "in.r": 3})
     assert SlotState.from_bytes(state.to_bytes()) == state
+    flying = SlotState(4, {"in": 10}, 7, {2: (1_700_000_000_000_000, 41)})
+    assert SlotState.from_bytes(flying.to_bytes()) == flying
+    for bad in ({"x": [1, 2]}, {"2": [1]}, {"2": [1, "2"]}, [1]):
+        raw = {"format": 1, "partitions": 4, "positions": {}, "copies": bad}
+        with pytest.raises(ValueError, match="copies in flight"):
+            SlotState.from_bytes(orjson.dumps(raw))
     with pytest.raises(ValueError, match="format 7"):
         SlotState.from_bytes(orjson.dumps({"format": 7, "partitions": 4, "positions": {}}))
     with pytest.raises(ValueError, match="not JSON"):
