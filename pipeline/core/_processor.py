@@ -203,6 +203,10 @@ class Processor(KeyedProcessor[RunState]):
             data, envelope = ev.data, ev.envelope
         else:
             data, envelope = data_of(ev, self.config.redact_keys), envelope_values(ev)
+        if run.facts:  # the envelope a run's facts share: one object, as a decoded run has
+            last = run.facts[next(reversed(run.facts))]["e"]
+            if last == envelope:
+                envelope = last
         fact = fact_of(ev, data, envelope, ts_us, source, run.arrivals)
         if skewed:
             run.clock_skew = True

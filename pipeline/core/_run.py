@@ -240,7 +240,21 @@ class RunState:
     # -- persistence ----------------------------------------------------------------------
     def to_bytes(self) -> bytes:
         """The stored row: one JSON object whose last key, ``b``, holds the facts, the
-        emitted rows and the turns (the bulk of it), so ``head`` can read the rest alone."""
+        emitted rows and the turns (the bulk of it), so ``head`` can read the rest alone.
+        The envelope the facts of a run almost always share is stored once: each fact
+        names its envelope by its index in the body's last list."""
+        envelopes: list[dict[str, Any]] = []  # each distinct one once: facts name it
+        index: dict[int, int] = {}  # id of an envelope object -> its place in envelopes
+        facts = {}
+        for eid, fact in self.facts.items():
+            e = fact["e"]
+            i = index.get(id(e))
+            if i is None:  # facts of one run share their envelope objects, mostly
+                i = next((j for j, known in enumerate(envelopes) if known == e), len(envelopes))
+                if i == len(envelopes):
+                    envelopes.append(e)
+                index[id(e)] = i
+            facts[eid] = {**fact, "e": i}
         return orjson.dumps(
             {
                 "v": STATE_FORMAT,
@@ -254,7 +268,7 @@ class RunState:
                 "lu": self.last_us,
                 "a": self.alerts,
                 "tb": None if self.tombstone is None else self.tombstone.to_json(),
-                "b": [self.facts, self.emitted, self.turns],
+                "b": [facts, self.emitted, self.turns, envelopes],
             }
         )
 
@@ -275,7 +289,12 @@ class RunState:
     def from_bytes(cls, raw: bytes) -> RunState:
         d = orjson.loads(raw)
         check_format(d, f"run {d.get('r')}")
-        facts, emitted, turns = d["b"] if "b" in d else (d["f"], d["em"], d["tu"])
+        body: list[Any] = d["b"] if "b" in d else [d["f"], d["em"], d["tu"]]
+        facts, emitted, turns = body[:3]
+        if len(body) > 3:  # format 3: envelopes stored once, shared again once read
+            envelopes = body[3]
+            for fact in facts.values():
+                fact["e"] = envelopes[fact["e"]]
         return cls(
             run_id=d["r"],
             facts=facts,

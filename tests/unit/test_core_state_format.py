@@ -83,6 +83,36 @@ def test_rows_of_the_format_before_load_as_they_always_did() -> None:
     assert again.clock.mark(0) == intake.clock.mark(0)
 
 
+def _format_2(value: bytes) -> bytes:
+    """A run row as format 2 wrote it: each fact with its envelope inline."""
+    row = orjson.loads(value)
+    facts, emitted, turns, envelopes = row["b"]
+    for fact in facts.values():
+        fact["e"] = envelopes[fact["e"]]
+    return orjson.dumps({**row, "v": 2, "b": [facts, emitted, turns]})
+
+
+def test_runs_of_format_2_load_as_they_did_and_share_their_envelopes_once_read() -> None:
+    intake, writes = _fleet_writes()
+    runs = {k: v for k, v in writes.items() if StateKey.parse(k).kind == "r"}
+    assert all(len(orjson.loads(v)["b"][3]) == 1 for v in runs.values())
+    old = {k: _format_2(v) if k in runs else v for k, v in writes.items()}
+    assert sum(map(len, runs.values())) < 0.75 * sum(len(old[k]) for k in runs)
+    again = Intake(CoreConfig(processing_grace=False))
+    again.load(0, old.items())
+    assert _runs(again) == _runs(intake)
+    # a run whose events disagree on their envelope (an owner re-stated, rule 11)
+    run = next(r for r in again.processor(0).thawed().values() if len(r.facts) > 2)
+    first = next(iter(run.facts))
+    run.facts[first] = {**run.facts[first], "e": {**run.facts[first]["e"], "user_id": "u-2"}}
+    raw = run.to_bytes()
+    assert len(orjson.loads(raw)["b"][3]) == 2
+    read = RunState.from_bytes(raw)
+    assert read.facts == run.facts
+    assert len({id(f["e"]) for f in read.facts.values()}) == 2  # one object per envelope
+    assert RunState.from_bytes(_format_2(raw)).facts == run.facts
+
+
 def test_a_row_of_a_newer_format_is_refused_with_its_key_and_versions() -> None:
     _, writes = _fleet_writes()
     key = next(k for k in writes if StateKey.parse(k).kind == "r")
