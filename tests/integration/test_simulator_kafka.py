@@ -6,21 +6,12 @@ from collections import defaultdict
 
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from prism.pipeline.cli import main
 from prism.runtime.simulator import FleetConfig, SimulatorPublishError, publish_to_kafka, simulate
+from tests.fixtures.kafka_io import create_topic
 
 pytestmark = pytest.mark.integration
-
-
-async def _create_topic(bootstrap: str, topic: str, partitions: int) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(topic, partitions, 1)])
-    finally:
-        await admin.close()
 
 
 async def _read_all(bootstrap: str, topic: str, partitions: int) -> dict[int, list]:
@@ -44,7 +35,7 @@ async def _read_all(bootstrap: str, topic: str, partitions: int) -> dict[int, li
 @pytest.mark.timeout(120)
 async def test_fleet_is_published_whole_keyed_by_run(kafka_bootstrap: str, topic_prefix: str):
     topic = f"{topic_prefix}.agent-events"
-    await _create_topic(kafka_bootstrap, topic, 3)
+    await create_topic(kafka_bootstrap, topic, 3)
     fleet = simulate(
         FleetConfig(
             runs=60,
@@ -84,7 +75,7 @@ async def test_fleet_is_published_whole_keyed_by_run(kafka_bootstrap: str, topic
 @pytest.mark.timeout(120)
 async def test_cli_publishes_at_a_rate(kafka_bootstrap: str, topic_prefix: str, capsys):
     topic = f"{topic_prefix}.agent-events"
-    await _create_topic(kafka_bootstrap, topic, 2)
+    await create_topic(kafka_bootstrap, topic, 2)
     import asyncio
 
     code = await asyncio.to_thread(
@@ -124,8 +115,8 @@ async def test_channel_records_and_the_quiet_partition_reach_the_broker(
 ) -> None:
     topic = f"{topic_prefix}.agent-events"
     channel_topic = f"{topic_prefix}.channel-operations"
-    await _create_topic(kafka_bootstrap, topic, 4)
-    await _create_topic(kafka_bootstrap, channel_topic, 2)
+    await create_topic(kafka_bootstrap, topic, 4)
+    await create_topic(kafka_bootstrap, channel_topic, 2)
     fleet = simulate(
         FleetConfig(runs=60, seed=5, hostile=0.05, channel_operations=40, partitions=4)
     )

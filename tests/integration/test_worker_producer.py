@@ -15,8 +15,9 @@ from collections.abc import Mapping
 import orjson
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin import AIOKafkaAdminClient
 
+from prism.pipeline.settings import Settings
 from prism.pipeline.worker._checkpoint import (
     Fenced,
     SlotCommit,
@@ -24,6 +25,7 @@ from prism.pipeline.worker._checkpoint import (
     quiet_fenced_futures,
 )
 from prism.pipeline.worker._produce import ProducedRecord
+from tests.fixtures.kafka_io import create_topic, read_committed
 
 pytestmark = pytest.mark.integration
 
@@ -81,13 +83,8 @@ def test_records_land_in_order_on_their_partitions(kafka_bootstrap: str, topic_p
                 for key in KEYS]  # fmt: skip
     records += [ProducedRecord(topic, b"p0", None, 0, (("h", b"v"),))]  # a tombstone, a header
 
-    async def scenario() -> dict[int, list[tuple[bytes | None, bytes | None, list]]]:
-        admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
-        await admin.start()
-        try:
-            await admin.create_topics([NewTopic(topic, 3, 1)])
-        finally:
-            await admin.close()
+    async def scenario() -> None:
+        await create_topic(kafka_bootstrap, topic, 3)
         txns = Transactions(f"{topic_prefix}-g", {"bootstrap_servers": kafka_bootstrap})
         try:
             await txns.open("0")
@@ -97,27 +94,11 @@ def test_records_land_in_order_on_their_partitions(kafka_bootstrap: str, topic_p
             await txns.close_all()
         want = {1: (7, "worker-a:1")}
         assert await _committed(kafka_bootstrap, f"{topic_prefix}-g", topic, want) == want
-        consumer = AIOKafkaConsumer(
-            bootstrap_servers=kafka_bootstrap,
-            auto_offset_reset="earliest",
-            enable_auto_commit=False,
-            isolation_level="read_committed",
-        )
-        await consumer.start()
-        try:
-            tps = [TopicPartition(topic, p) for p in range(3)]
-            consumer.assign(tps)
-            got: dict[int, list[tuple[bytes | None, bytes | None, list]]] = {0: [], 1: [], 2: []}
-            while sum(map(len, got.values())) < len(records):
-                fetched = await consumer.getmany(*tps, timeout_ms=10_000)
-                assert fetched, f"only {sum(map(len, got.values()))} of {len(records)} arrived"
-                for tp, recs in fetched.items():
-                    got[tp.partition] += [(r.key, r.value, list(r.headers)) for r in recs]
-            return got
-        finally:
-            await consumer.stop()
 
-    got = asyncio.run(scenario())
+    asyncio.run(scenario())
+    got: dict[int, list[tuple[bytes | None, bytes | None, list]]] = {0: [], 1: [], 2: []}
+    for r in read_committed(Settings(kafka_bootstrap_servers=kafka_bootstrap), topic, 3):
+        got[r.partition].append((r.key, r.value, list(r.headers)))
     expected: dict[int, list[tuple[bytes | None, bytes | None, list]]] = {0: [], 1: [], 2: []}
     for r in records:
         p = r.partition if r.partition is not None else _java_partition(r.key or b"", 3)
@@ -140,42 +121,24 @@ def test_a_tail_names_where_the_records_before_it_landed(
         named = orjson.dumps({f"{t}:{p}": o for (t, p), o in sorted(produced.items())})
         return [ProducedRecord(topic, b"tail", named, 0)]
 
-    async def scenario() -> dict[int, list[tuple[int, bytes | None]]]:
-        admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
-        await admin.start()
-        try:
-            await admin.create_topics([NewTopic(topic, 2, 1)])
-        finally:
-            await admin.close()
+    async def scenario() -> None:
+        await create_topic(kafka_bootstrap, topic, 2)
         txns = Transactions(f"{topic_prefix}-g", {"bootstrap_servers": kafka_bootstrap})
         try:
             await txns.open("0")
             first = [ProducedRecord(topic, b"a", b"%d" % i, i % 2) for i in range(5)]
             await txns.commit("0", SlotCommit(first, {}, tail), "worker-a:1")
-            await txns.commit("0", SlotCommit(first[:2], {}, tail), "worker-a:2")
+            done = {TopicPartition(topic, 1): 9}  # the offsets: readable once it is whole
+            await txns.commit("0", SlotCommit(first[:2], done, tail), "worker-a:2")
         finally:
             await txns.close_all()
-        consumer = AIOKafkaConsumer(
-            bootstrap_servers=kafka_bootstrap,
-            auto_offset_reset="earliest",
-            enable_auto_commit=False,
-            isolation_level="read_committed",
-        )
-        await consumer.start()
-        try:
-            tps = [TopicPartition(topic, p) for p in range(2)]
-            consumer.assign(tps)
-            got: dict[int, list[tuple[int, bytes | None]]] = {0: [], 1: []}
-            while sum(map(len, got.values())) < 9:
-                fetched = await consumer.getmany(*tps, timeout_ms=10_000)
-                assert fetched, f"only {got} arrived"
-                for tp, recs in fetched.items():
-                    got[tp.partition] += [(r.offset, r.value) for r in recs]
-            return got
-        finally:
-            await consumer.stop()
+        want = {1: (9, "worker-a:2")}
+        assert await _committed(kafka_bootstrap, f"{topic_prefix}-g", topic, want) == want
 
-    got = asyncio.run(scenario())
+    asyncio.run(scenario())
+    got: dict[int, list[tuple[int, bytes | None]]] = {0: [], 1: []}
+    for r in read_committed(Settings(kafka_bootstrap_servers=kafka_bootstrap), topic, 2):
+        got[r.partition].append((r.offset, r.value))
     # a transaction's commit marker takes an offset of its own in each partition it wrote
     values = {p: [v for _, v in recs] for p, recs in got.items()}
     assert values == {0: [b"0", b"2", b"4", _named(seen[0]), b"0", _named(seen[1])],
@@ -219,12 +182,7 @@ def test_a_fenced_slot_commits_nothing(
 
     async def scenario() -> list[bytes | None]:
         quiet_fenced_futures(asyncio.get_running_loop())  # as the worker's loop does
-        admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
-        await admin.start()
-        try:
-            await admin.create_topics([NewTopic(topic, 1, 1)])
-        finally:
-            await admin.close()
+        await create_topic(kafka_bootstrap, topic, 1)
         zombie = Transactions(group, {"bootstrap_servers": kafka_bootstrap})
         owner = Transactions(group, {"bootstrap_servers": kafka_bootstrap})
         try:

@@ -558,12 +558,11 @@ def test_an_event_that_would_outgrow_a_changelog_record_is_dead_lettered(tmp_pat
     assert commit.offsets[tp] == len(recs)
 
 
-def test_records_off_home_are_forwarded_in_their_source_offsets_transaction(
-    tmp_path: Any,
-) -> None:
-    broker = _Broker()
-    w = _worker(tmp_path, broker, partitions=4)
-    recs = _records(w.topics.input)  # every run's records on partition 0, whatever its home
+def _forwarding(tmp_path: Any, broker: _Broker) -> tuple[PipelineWorker, list[InRecord], Any]:
+    """Worker ``a`` on 4 partitions, holding slot 0, after one batch of a fleet whose every
+    record came on partition 0, whatever its home: its records and its one transaction."""
+    w = _worker(tmp_path, broker, "a", partitions=4)
+    recs = _records(w.topics.input)
     tp = TopicPartition(w.topics.input, 0)
 
     async def go() -> None:
@@ -573,6 +572,14 @@ def test_records_off_home_are_forwarded_in_their_source_offsets_transaction(
     asyncio.run(go())
     [(slot, commit)] = _txns(broker)
     assert slot == "0"
+    return w, recs, commit
+
+
+def test_records_off_home_are_forwarded_in_their_source_offsets_transaction(
+    tmp_path: Any,
+) -> None:
+    w, recs, commit = _forwarding(tmp_path, _Broker())
+    tp = TopicPartition(w.topics.input, 0)
     copies = [r for r in commit.records if r.topic == w.topics.repartition]
     homes = {home_partition(r.key or b"", 4) for r in copies}
     assert copies and homes <= {1, 2, 3}, homes  # partition 0's own runs stay
@@ -590,16 +597,7 @@ def test_copies_in_flight_outlive_the_process_that_sent_them(tmp_path: Any) -> N
     is past the last copy sent there. (A soak lost a duplicate claim to a run that shrank
     while its copy waited, after the process that forwarded it was killed.)"""
     broker = _Broker()
-    a = _worker(tmp_path, broker, "a", partitions=4)
-    recs = _records(a.topics.input)  # every run's records on partition 0, whatever its home
-    tp = TopicPartition(a.topics.input, 0)
-
-    async def forward() -> None:
-        await _assign(a, _slot(a, 0))
-        await a._batch({tp: recs})
-
-    asyncio.run(forward())
-    [(_, commit)] = _txns(broker)
+    a, _, commit = _forwarding(tmp_path, broker)
     copies = [r for r in commit.records if r.topic == a.topics.repartition]
     homes = sorted({r.partition for r in copies if r.partition is not None})
     earliest = {h: min(to_us(datetime.fromisoformat(orjson.loads(r.value)["ts"]))
