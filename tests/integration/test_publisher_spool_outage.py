@@ -26,6 +26,7 @@ import pytest
 
 from prism.devstack import LocalKafka, free_port
 from prism.runtime.simulator import FleetConfig, simulate
+from tests.fixtures.kafka_io import create_topic
 from tests.fixtures.spool_runtime import resume_index
 
 pytestmark = [pytest.mark.integration]
@@ -99,17 +100,6 @@ def topic_size(bootstrap: str, topic: str) -> int:
         return -1
 
 
-async def _create_topic(bootstrap: str, topic: str) -> None:
-    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(topic, PARTITIONS, 1)])
-    finally:
-        await admin.close()
-
-
 @pytest.mark.timeout(240)
 def test_a_60s_outage_and_a_killed_runtime_lose_no_event(tmp_path: Path) -> None:
     fleet = simulate(FleetConfig(runs=RUNS, seed=1414))  # no chaos: every record is an event
@@ -120,7 +110,7 @@ def test_a_60s_outage_and_a_killed_runtime_lose_no_event(tmp_path: Path) -> None
     runtimes: list[Runtime] = []
     try:
         topic = "spool-outage.agent-events"
-        asyncio.run(_create_topic(broker.bootstrap, topic))
+        asyncio.run(create_topic(broker.bootstrap, topic, PARTITIONS))
         first = Runtime(tmp_path, broker.bootstrap, topic, "runtime-1")
         runtimes.append(first)
         wait_progress(tmp_path, int(BEFORE * RATE), first, timeout=60)

@@ -27,10 +27,11 @@ from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
 from prism.runtime.simulator import FleetConfig, publish_to_kafka, simulate
+from tests.fixtures.kafka_io import create_topic
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -74,15 +75,6 @@ def webhook() -> Iterator[tuple[str, Counter[str]]]:
     finally:
         server.shutdown()
         server.server_close()
-
-
-async def _create_topic(bootstrap: str, topic: str) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(topic, PARTITIONS, 1)])
-    finally:
-        await admin.close()
 
 
 async def _lag(bootstrap: str, group: str, topic: str) -> int:
@@ -177,7 +169,7 @@ def test_rebuild_equals_the_live_ledger(
     url, delivered = webhook
     topic, group = f"{topic_prefix}.agent-events", f"g-{topic_prefix}"
     dsn = f"chdb://{tmp_path / 'ledger'}"
-    asyncio.run(_create_topic(kafka_bootstrap, topic))
+    asyncio.run(create_topic(kafka_bootstrap, topic, PARTITIONS))
     asyncio.run(publish_to_kafka(simulate(FLEET), kafka_bootstrap, topic, progress=False))
     env = {
         **os.environ,

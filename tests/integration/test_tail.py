@@ -17,7 +17,6 @@ from typing import Any
 import orjson
 import pytest
 from aiokafka import AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from prism.pipeline._store import LedgerStore
 from prism.pipeline.cli import main
@@ -27,6 +26,7 @@ from prism.pipeline.settings import load_settings
 from prism.schemas import LedgerBatch
 from prism.sinks import LedgerWriter, SourceRange, migrate
 from prism.sinks.testing import event_row
+from tests.fixtures.kafka_io import create_topic
 from tests.fixtures.runs import RunBuilder
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -54,15 +54,6 @@ def post_terminal(run_id: str, seq: int) -> dict[str, Any]:
     return RunBuilder(run_id).add("tool_call_finished", data, seq=seq).events[0]
 
 
-async def create_topic(bootstrap: str, topic: str) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(topic, PARTITIONS, 1)])
-    finally:
-        await admin.close()
-
-
 async def produce(bootstrap: str, topic: str, envelopes: list[dict[str, Any]]) -> list[Any]:
     """Produce in the given order (key = runId); return each record's metadata."""
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True)
@@ -79,7 +70,7 @@ async def produce(bootstrap: str, topic: str, envelopes: list[dict[str, Any]]) -
 @pytest.fixture
 def topic(kafka_bootstrap: str, topic_prefix: str) -> str:
     name = f"{topic_prefix}.agent-events"
-    asyncio.run(create_topic(kafka_bootstrap, name))
+    asyncio.run(create_topic(kafka_bootstrap, name, PARTITIONS))
     return name
 
 
