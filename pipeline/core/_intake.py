@@ -55,6 +55,7 @@ from ._types import (
     CoreConfig,
     Delivery,
     EventClock,
+    Forward,
     LaneReport,
     Output,
     OutRecord,
@@ -137,7 +138,8 @@ class Intake:
     ``route_partitions``: the input topic's partition count, to bring each record to its
     run's home partition (``Output.forwards``); None (files, rebuilds) applies every record
     where it arrives. ``channel_partitions``: the same for channel operations (default
-    ``route_partitions``).
+    ``route_partitions``), whose home partition ``p`` is lane ``channel_lane + p`` (the
+    worker numbers them apart from the agent-event lanes; 0: the same lane).
 
     Example::
 
@@ -154,6 +156,7 @@ class Intake:
         alerter: ExhaustionAlerter | None = None,
         route_partitions: int | None = None,
         channel_partitions: int | None = None,
+        channel_lane: int = 0,
     ) -> None:
         for name, count in (("route_partitions", route_partitions),
                             ("channel_partitions", channel_partitions)):  # fmt: skip
@@ -163,6 +166,9 @@ class Intake:
         self.channel_partitions = (
             route_partitions if channel_partitions is None else channel_partitions
         )
+        if channel_lane < 0:
+            raise ValueError(f"Intake channel_lane must be a lane number >= 0, got {channel_lane}")
+        self.channel_lane = channel_lane
         self.config = config or CoreConfig()
         self.max_event_bytes = max_event_bytes
         self.clock = EventClock(self.config.max_clock_skew_s)
@@ -248,8 +254,8 @@ class Intake:
     def hold(self, partition: int, ts_us: int | None) -> None:
         """The earliest event time of the forwarded copies still on their way to the
         partition's repartition partition (None: none): the watermark stays at it until
-        they are applied. A step that forwards agent events lowers it itself (on the lane
-        numbered as the home partition); the shell sets it for the copies a restored
+        they are applied. A step that forwards lowers it itself (on the copy's lane,
+        ``home_lane``); the shell sets it for the copies a restored
         slot's last owner left in flight (``Forward.ts_us``, kept with the slot's
         position) and releases it once they were applied, as
         ``behind(partition, False, forwarded=True)`` does."""
@@ -552,15 +558,18 @@ class Intake:
         if f is None:
             return False
         out.forwards.append(f)
-        if not f.channel:  # the copy is on its way to that lane (a channel operation's
-            # lane is the shell's to number, and so to hold: ``hold``)
-            lane = forwarded_lane(f.partition)
-            held = self.clock.held(lane)
-            self.clock.hold(lane, f.ts_us if held is None else min(held, f.ts_us))
+        lane = forwarded_lane(self.home_lane(f))  # the copy is on its way to that lane
+        held = self.clock.held(lane)
+        self.clock.hold(lane, f.ts_us if held is None else min(held, f.ts_us))
         out.forwarded[rec.partition] += 1
         out.patterns[f.pattern] += 1
         out.stats["forwarded"] += 1
         return True
+
+    def home_lane(self, f: Forward) -> int:
+        """The lane ``f``'s copy is applied on (``channel_lane`` numbers a channel
+        operation's)."""
+        return self.channel_lane + f.partition if f.channel else f.partition
 
     def _dead_letter(
         self, out: Output, rec: InRecord, code: str, reason: str, received: datetime

@@ -51,6 +51,7 @@ from ._budget_desk import LaneSpend
 from ._checkpoint import Checkpoint, Transactions, quiet_fenced_futures
 from ._consumer import Fetched, GroupConsumer, KafkaGroupConsumer
 from ._gc import GcPolicy
+from ._lanes import CHANNEL_LANE
 from ._loopwatch import Laps, LoopWatch
 from ._marks import LaneMarks
 from ._notify import AlertSink, Notifiers
@@ -99,6 +100,7 @@ class PipelineWorker:
             settings.core_config(),
             max_event_bytes=settings.max_event_bytes,
             route_partitions=settings.partitions,  # every run judged on its home lane
+            channel_lane=CHANNEL_LANE,
         )
         self.stats: Counter[str] = Counter()
         self._stopping = False

@@ -281,8 +281,8 @@ class Slots:
                 for f in out.forwards:  # to the home partition's repartition topic
                     topic = t.channel_repartition if f.channel else t.repartition
                     recs.append(ProducedRecord(topic, f.key, f.value, f.partition, f.headers))
-                    if not f.channel:
-                        sent[f.partition] = min(sent.get(f.partition, f.ts_us), f.ts_us)
+                    home = self.intake.home_lane(f)
+                    sent[home] = min(sent.get(home, f.ts_us), f.ts_us)
                 for r in self.spend(out) if self.spend is not None else ():
                     recs.append(ProducedRecord(t.limit_deaths, r.key, r.value, 0))
             report = reports.get(lane)
@@ -315,7 +315,8 @@ class Slots:
         each home's last offset taken from ``produced``."""
         copies = dict(self.in_flight)
         for lane, ts in sent.items():
-            _add(copies, lane, ts, produced.get((self.topics.repartition, lane), -1))
+            last = produced.get((self.repartition_of(lane), slot_of(lane)), -1)
+            _add(copies, lane, ts, last)
         return copies
 
     def inherit(self, copies: Mapping[int, tuple[int, int]]) -> None:

@@ -16,12 +16,14 @@ since 2026, or the stored one plus one), and its ledger rows carry it in their v
 new owner's rows of the same keys, whatever batch cut either of them stepped.
 
 And it keeps the *copies in flight* of the process that wrote it: for each home lane it
-forwarded agent events to, the earliest event time of the copies it has not yet seen
+forwarded records to (agent events, or channel operations on the ``CHANNEL_LANE``
+numbers), the earliest event time of the copies it has not yet seen
 applied there and the offset of the last one (``_slots.Slots.in_flight``). They hold
 the watermark until their home's repartition position passes that offset. A process
 that dies takes its memory with it; the next owner of any of its slots reads them here
 and holds the watermark for them in its place, so no run is closed, shrunk or alerted on
-past a copy still on its way (rule 16) because the process that sent it is gone.
+past a copy still on its way (rule 16), and no channel operation flagged ``stuck`` past
+one, because the process that sent it is gone.
 """
 
 from __future__ import annotations

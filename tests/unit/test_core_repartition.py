@@ -19,6 +19,7 @@ import dataclasses
 import random
 from collections import Counter
 from collections.abc import Sequence
+from datetime import datetime, timedelta
 
 import orjson
 import pytest
@@ -433,6 +434,51 @@ def test_channel_operations_route_by_operation_and_denials_by_connection() -> No
     assert [(f.partition, f.key, f.pattern) for f in out.forwards] == [
         (deny_home, b"telegram:main", "key is not the connectionId (e.g. eventId)")
     ]
+
+
+def _channel_at(op: str, state: str, eid: str, seq: int, minutes: float) -> bytes:
+    """``_channel``'s operation record, ``minutes`` after 10:00."""
+    rec = orjson.loads(_channel(op, state, eid, seq))
+    ts = datetime.fromisoformat(rec["ts"]) + timedelta(minutes=minutes)
+    return orjson.dumps({**rec, "ts": ts.isoformat()})
+
+
+def _stuck(outs: Sequence[Output], op: str) -> list[bool]:
+    return [r.stuck for o in outs for r in o.ledger.channel_operations if r.operation_id == op]
+
+
+@pytest.mark.parametrize("base", [0, 1 << 16])
+def test_a_channel_operation_on_its_way_holds_the_watermark_at_its_home(base: int) -> None:
+    """A channel operation found off its home holds the watermark at its time on the
+    home's channel lane (``channel_lane`` + home) until it is applied, as an agent
+    event's copy does: an operation executing at home is not flagged ``stuck`` past its
+    completion still on its way, however far the other lanes moved on."""
+    config = CoreConfig(processing_grace=False, channel_stuck_s=600)
+    intake = Intake(config, route_partitions=K, channel_lane=base)
+    home, off = _off_home(b"op-1")
+    other = next(f"op-{i}" for i in range(2, 99) if home_partition(f"op-{i}".encode(), K) == off)
+    started = [_channel_at("op-1", "admitted", "e0", 0, 0),
+               _channel_at("op-1", "executing", "e1", 1, 1)]  # fmt: skip
+    intake.step(base + home, [InRecord(v, INPUT, home, i, key=b"op-1")
+                              for i, v in enumerate(started)], NOW)  # fmt: skip
+    intake.commit(base + home)
+    elsewhere = [_channel_at("op-1", "delivered", "e2", 2, 5),  # keyed by its event id
+                 _channel_at(other, "admitted", "e3", 0, 60)]  # fmt: skip
+    out = intake.step(base + off, [InRecord(v, INPUT, off, i, key=b"e%d" % i)
+                                   for i, v in enumerate(elsewhere)], NOW)  # fmt: skip
+    intake.commit(base + off)
+    (f,) = out.forwards
+    assert (f.channel, f.partition, intake.home_lane(f)) == (True, home, base + home)
+    assert intake.held(base + home) == f.ts_us  # an hour of other lanes' time: held at it
+    assert intake.clock.watermark_us == f.ts_us < intake.clock.top_us
+    assert intake.sent_hold(held={base + off}) == f.ts_us  # reported while home is elsewhere
+    ticked = intake.tick(NOW + 1)
+    assert not any(_stuck(list(ticked.values()), "op-1"))
+    applied = intake.step(base + home, [_copy(f, 0)], NOW + 2, forwarded=True)
+    intake.commit(base + home)
+    assert _stuck([applied], "op-1") == [False]
+    intake.behind(base + home, False, forwarded=True)  # nothing more waits there: released
+    assert intake.held(base + home) is None and intake.clock.watermark_us == intake.clock.top_us
 
 
 def test_what_does_not_parse_is_dead_lettered_where_it_arrives_and_copies_stay() -> None:

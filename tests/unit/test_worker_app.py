@@ -33,6 +33,7 @@ from prism.pipeline.settings import Settings
 from prism.pipeline.worker._app import PipelineWorker
 from prism.pipeline.worker._checkpoint import Fenced, SlotCommit
 from prism.pipeline.worker._consumer import CoPartitioningError, Fetched, check_copartitioned
+from prism.pipeline.worker._lanes import CHANNEL_LANE
 from prism.pipeline.worker._slotstate import KEY, SlotState
 from prism.runtime.simulator import FleetConfig, simulate
 
@@ -623,6 +624,50 @@ def test_copies_in_flight_outlive_the_process_that_sent_them(tmp_path: Any) -> N
     commit_b = b.slots.commit_of(0, {}, {}, 1_800_000_000.0)
     state_b = SlotState.from_bytes([r.value for r in commit_b.records if r.key == KEY][-1] or b"")
     assert state_b.copies == {}  # released: the next owner inherits nothing
+
+
+def test_channel_operations_on_their_way_are_copies_in_flight_too(tmp_path: Any) -> None:
+    """Channel operations forwarded to their home are held, kept in the position record,
+    inherited and released as agent events are, on the home's channel lane
+    (``CHANNEL_LANE`` + home) and its channel repartition position. (Only agent events
+    held before: an operation's completion on its way could leave it flagged ``stuck``
+    at a watermark past it.)"""
+    broker = _Broker()
+    a = _worker(tmp_path, broker, "a", partitions=4)
+    fleet = simulate(FleetConfig(runs=2, seed=5, channel_operations=40))
+    tp = TopicPartition(a.topics.channel_operations, 0)
+    ops = [r for r in fleet.records if r.family == "channel"]
+    recs = [InRecord(r.value, tp.topic, 0, i, r.key, None) for i, r in enumerate(ops)]
+
+    async def go() -> None:
+        await _assign(a, _slot(a, 0))
+        await a._batch({tp: recs})
+
+    asyncio.run(go())
+    copies = [r for _, c in _txns(broker) for r in c.records
+              if r.topic == a.topics.channel_repartition]  # fmt: skip
+    lanes = sorted({CHANNEL_LANE + (r.partition or 0) for r in copies})
+    earliest = {lane: min(to_us(datetime.fromisoformat(orjson.loads(r.value)["ts"]))
+                          for r in copies if CHANNEL_LANE + (r.partition or 0) == lane)
+                for lane in lanes}  # fmt: skip
+    last = {lane: broker.ends[(a.topics.channel_repartition, lane - CHANNEL_LANE)] - 1
+            for lane in lanes}  # fmt: skip
+    assert lanes == [CHANNEL_LANE + h for h in (1, 2, 3)]
+    assert a.slots.in_flight == {lane: (earliest[lane], last[lane]) for lane in lanes}
+    assert a.intake.sent_hold(a.slots.lanes()) == min(earliest.values())
+    stored = SlotState.from_bytes(broker.state[(a.slots.changelog, 0)][KEY])
+    assert stored.copies == a.slots.in_flight
+
+    b = _worker(tmp_path, broker, "b", partitions=4)  # ``a`` is gone; ``b`` takes slot 0
+    asyncio.run(_assign(b, _slot(b, 0)))
+    assert {lane: b.intake.held(lane) for lane in lanes} == earliest
+    assert b.intake.clock.watermark_us <= min(earliest.values())
+    first, *rest = lanes
+    b.watch.release_copies({first: last[first]} | {lane: last[lane] + 1 for lane in rest})
+    assert b.slots.in_flight == {first: (earliest[first], last[first])}  # not applied yet
+    assert {lane: b.intake.held(lane) for lane in rest} == dict.fromkeys(rest)
+    b.watch.release_copies({first: last[first] + 1})
+    assert b.intake.held(first) is None and not b.slots.in_flight
 
 
 def test_an_assignment_that_splits_a_slot_is_refused() -> None:
