@@ -409,16 +409,14 @@ class Intake:
         self._alerts(out, final=True)
         return out
 
-    def sent_hold(self, held: Collection[int]) -> int | None:
-        """The earliest event time of the copies this process forwarded to lanes it does not
-        hold (``held``: the lanes it does) and has not seen applied yet; its lane reports
-        carry it (``LaneReport.hold_us``), so the process that holds their home lane does
-        not decide past them either."""
-        times = [
-            ts
-            for key, ts in self.clock.holds().items()
-            if (lane := lane_of_forwarded(key)) is not None and lane not in held
-        ]
+    def sent_hold(self) -> int | None:
+        """The earliest event time of the copies this process forwarded (or took over from
+        a slot's last owner) and has not seen applied yet, whichever lane is their home;
+        its lane reports carry it (``LaneReport.hold_us``), so the process that holds
+        their home lane does not decide past them either. That includes homes held here:
+        if this process dies first, their next owner restores a position record that may
+        predate the forward, and only these reports say a copy of that time is coming."""
+        times = [ts for key, ts in self.clock.holds().items() if lane_of_forwarded(key) is not None]
         return min(times, default=None)
 
     def lane_report(

@@ -199,7 +199,7 @@ class PartitionWatch:
         once idle for the allowed lateness in processing time (rule 16)."""
         lateness = self.intake.config.lateness_s
         heartbeat = heartbeat_s(self.settings.consumer_session_timeout_seconds)
-        sent = self.intake.sent_hold(self.slots.lanes())  # copies on their way elsewhere
+        sent = self.intake.sent_hold()  # copies on their way, wherever their home is
         changed: dict[int, LaneReport] = {}
         self.repeats = set()
         for p, slot in sorted(self.slots.held.items()):

@@ -471,7 +471,7 @@ def test_a_channel_operation_on_its_way_holds_the_watermark_at_its_home(base: in
     assert (f.channel, f.partition, intake.home_lane(f)) == (True, home, base + home)
     assert intake.held(base + home) == f.ts_us  # an hour of other lanes' time: held at it
     assert intake.clock.watermark_us == f.ts_us < intake.clock.top_us
-    assert intake.sent_hold(held={base + off}) == f.ts_us  # reported while home is elsewhere
+    assert intake.sent_hold() == f.ts_us  # in its lanes' reports
     ticked = intake.tick(NOW + 1)
     assert not any(_stuck(list(ticked.values()), "op-1"))
     applied = intake.step(base + home, [_copy(f, 0)], NOW + 2, forwarded=True)
@@ -605,9 +605,8 @@ def test_copies_sent_to_a_lane_another_process_holds_hold_that_process_too() -> 
     home, off = _off_home(b"r1")
     out = sender.step(off, [InRecord(value, INPUT, off, 7, key=b"r1-e0")], NOW)
     (f,) = out.forwards
-    sent = sender.sent_hold(held={off})
+    sent = sender.sent_hold()
     assert sent is not None and sent == f.ts_us
-    assert sender.sent_hold(held={off, home}) is None  # a home held here: its own hold
     report = sender.lane_report(off, idle=True, hold_us=sent)
     record = lane_record(off, report, 5.0)
     assert orjson.loads(record.value or b"")["hold"] == sent
@@ -621,13 +620,13 @@ def test_copies_sent_to_a_lane_another_process_holds_hold_that_process_too() -> 
 
 def test_a_hold_for_copies_in_flight_outlives_the_home_lane_moving_away() -> None:
     # the home lane was held here when the copy was forwarded, then moved to another
-    # process before the copy was applied: the hold stays (and goes into this process's
-    # reports) until that process reports the copy applied
+    # process before the copy was applied: the hold stays (in this process's reports
+    # all along) until that process reports the copy applied
     sender = Intake(CoreConfig(processing_grace=False), route_partitions=K)
     value = orjson.dumps(RunBuilder("r1").started().events[0])
     home, off = _off_home(b"r1")
     sender.processor(home)  # the home lane is held here too
     (f,) = sender.step(off, [InRecord(value, INPUT, off, 7, key=b"r1-e0")], NOW).forwards
-    assert sender.sent_hold(held={off, home}) is None  # its own lane: released locally
+    assert sender.sent_hold() == f.ts_us  # its own lane, reported all the same
     sender.drop(home)  # revoked before the copy was applied
-    assert sender.sent_hold(held={off}) == f.ts_us
+    assert sender.sent_hold() == f.ts_us

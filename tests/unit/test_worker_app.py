@@ -626,6 +626,38 @@ def test_copies_in_flight_outlive_the_process_that_sent_them(tmp_path: Any) -> N
     assert state_b.copies == {}  # released: the next owner inherits nothing
 
 
+def test_copies_to_a_home_held_here_are_reported_too(tmp_path: Any) -> None:
+    """A process that forwards copies to a home lane it holds itself reports their hold
+    with its lanes all the same: if it dies before applying them, the home's next owner
+    restores the home's position record (which may predate the forward) and has only the
+    dead process's reports to tell it a copy of that time is still coming."""
+    broker = _Broker()
+    a = _worker(tmp_path, broker, "a", partitions=4)
+    homes = {r.key: home_partition(r.key or b"", 4) for r in _records(a.topics.input)}
+    recs = [r for r in _records(a.topics.input) if homes[r.key] in (0, 1)]
+    tp = TopicPartition(a.topics.input, 0)
+
+    async def go() -> None:
+        await _assign(a, _slot(a, 0) | _slot(a, 1))  # slot 1: the home of every copy
+        await a._batch({tp: recs})
+
+    asyncio.run(go())
+    copies = [r for _, c in _txns(broker) for r in c.records if r.topic == a.topics.repartition]
+    to_one = [to_us(datetime.fromisoformat(orjson.loads(r.value)["ts"]))
+              for r in copies if r.partition == 1]  # fmt: skip
+    assert to_one and a.intake.held(1) is not None  # held here, its copies not applied yet
+    marks = [r for _, c in _txns(broker) for r in c.records if r.topic == a.topics.lane_marks]
+    reported = {orjson.loads(r.value)["lane"]: orjson.loads(r.value).get("hold") for r in marks}
+    assert {r.partition for r in copies} == {1}
+    assert reported[0] == min(to_one)
+
+    z = _worker(tmp_path, broker, "z", partitions=4)  # ``a`` died; ``z`` holds slot 1 now
+    for r in marks:
+        z.marks.take(r.value)
+    z.marks.apply(z.intake.clock, {1, CHANNEL_LANE + 1}, 1_800_000_000.0)
+    assert z.intake.clock.watermark_us <= min(to_one)
+
+
 def test_channel_operations_on_their_way_are_copies_in_flight_too(tmp_path: Any) -> None:
     """Channel operations forwarded to their home are held, kept in the position record,
     inherited and released as agent events are, on the home's channel lane
@@ -654,7 +686,7 @@ def test_channel_operations_on_their_way_are_copies_in_flight_too(tmp_path: Any)
             for lane in lanes}  # fmt: skip
     assert lanes == [CHANNEL_LANE + h for h in (1, 2, 3)]
     assert a.slots.in_flight == {lane: (earliest[lane], last[lane]) for lane in lanes}
-    assert a.intake.sent_hold(a.slots.lanes()) == min(earliest.values())
+    assert a.intake.sent_hold() == min(earliest.values())
     stored = SlotState.from_bytes(broker.state[(a.slots.changelog, 0)][KEY])
     assert stored.copies == a.slots.in_flight
 
