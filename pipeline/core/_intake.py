@@ -255,10 +255,9 @@ class Intake:
         """The earliest event time of the forwarded copies still on their way to the
         partition's repartition partition (None: none): the watermark stays at it until
         they are applied. A step that forwards lowers it itself (on the copy's lane,
-        ``home_lane``); the shell sets it for the copies a restored
-        slot's last owner left in flight (``Forward.ts_us``, kept with the slot's
-        position) and releases it once they were applied, as
-        ``behind(partition, False, forwarded=True)`` does."""
+        ``home_lane``); the shell sets it for the copies a restored slot's last owner left
+        in flight (``Forward.ts_us``, kept with the slot's position) and releases it once
+        they were applied, as ``behind(partition, False, forwarded=True)`` does."""
         self.clock.hold(forwarded_lane(partition), ts_us)
 
     def held(self, partition: int) -> int | None:

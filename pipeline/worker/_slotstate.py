@@ -17,8 +17,8 @@ new owner's rows of the same keys, whatever batch cut either of them stepped.
 
 And it keeps the *copies in flight* of the process that wrote it: for each home lane it
 forwarded records to (agent events, or channel operations on the ``CHANNEL_LANE``
-numbers), the earliest event time of the copies it has not yet seen
-applied there and the offset of the last one (``_slots.Slots.in_flight``). They hold
+numbers), the earliest event time of the copies it has not yet seen applied there and
+the offset of the last one (``_slots.Slots.in_flight``). They hold
 the watermark until their home's repartition position passes that offset. A process
 that dies takes its memory with it; the next owner of any of its slots reads them here
 and holds the watermark for them in its place, so no run is closed, shrunk or alerted on
