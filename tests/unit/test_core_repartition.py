@@ -21,7 +21,7 @@ import dataclasses
 import random
 from collections import Counter
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import orjson
 import pytest
@@ -387,12 +387,14 @@ def _copy(f: Forward, offset: int) -> InRecord:
     return InRecord(f.value, REPARTITION, f.partition, offset, key=f.key)
 
 
-def _channel(op: str | None, state: str, eid: str, seq: int = 0) -> bytes:
+def _channel(op: str | None, state: str, eid: str, seq: int = 0, minutes: float = 0) -> bytes:
+    """A channel operation's record, ``minutes`` after 10:00."""
+    ts = datetime(2026, 11, 30, 10, tzinfo=UTC) + timedelta(minutes=minutes)
     rec = {
         "schema": "prism.channel-operation/v1",
         "eventId": eid,
         "seq": seq,
-        "ts": "2026-11-30T10:00:00+00:00",
+        "ts": ts.isoformat(),
         "connectionId": "telegram:main",
         "kind": "message",
         "state": state,
@@ -441,13 +443,6 @@ def test_channel_operations_route_by_operation_and_denials_by_connection() -> No
     ]
 
 
-def _channel_at(op: str, state: str, eid: str, seq: int, minutes: float) -> bytes:
-    """``_channel``'s operation record, ``minutes`` after 10:00."""
-    rec = orjson.loads(_channel(op, state, eid, seq))
-    ts = datetime.fromisoformat(rec["ts"]) + timedelta(minutes=minutes)
-    return orjson.dumps({**rec, "ts": ts.isoformat()})
-
-
 def _stuck(outs: Sequence[Output], op: str) -> list[bool]:
     return [r.stuck for o in outs for r in o.ledger.channel_operations if r.operation_id == op]
 
@@ -462,13 +457,13 @@ def test_a_channel_operation_on_its_way_holds_the_watermark_at_its_home(base: in
     intake = Intake(config, route_partitions=K, channel_lane=base)
     home, off = _off_home(b"op-1")
     other = next(f"op-{i}" for i in range(2, 99) if home_partition(f"op-{i}".encode(), K) == off)
-    started = [_channel_at("op-1", "admitted", "e0", 0, 0),
-               _channel_at("op-1", "executing", "e1", 1, 1)]  # fmt: skip
+    started = [_channel("op-1", "admitted", "e0", 0, 0),
+               _channel("op-1", "executing", "e1", 1, 1)]  # fmt: skip
     intake.step(base + home, [InRecord(v, INPUT, home, i, key=b"op-1")
                               for i, v in enumerate(started)], NOW)  # fmt: skip
     intake.commit(base + home)
-    elsewhere = [_channel_at("op-1", "delivered", "e2", 2, 5),  # keyed by its event id
-                 _channel_at(other, "admitted", "e3", 0, 60)]  # fmt: skip
+    elsewhere = [_channel("op-1", "delivered", "e2", 2, 5),  # keyed by its event id
+                 _channel(other, "admitted", "e3", 0, 60)]  # fmt: skip
     out = intake.step(base + off, [InRecord(v, INPUT, off, i, key=b"e%d" % i)
                                    for i, v in enumerate(elsewhere)], NOW)  # fmt: skip
     intake.commit(base + off)
