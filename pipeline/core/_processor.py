@@ -362,7 +362,7 @@ class Processor(KeyedProcessor[RunState]):
     def _close(self, run: RunState, view: RunView, out: Output) -> None:
         self._save(run.run_id)
         run.closed = True
-        run.closed_wm_us = self._closed_at(view)
+        run.closed_wm_us = self._closed_at(run, view)
         self._pending_close.discard(run.run_id)
         row = run_row(run, view, timeline=True, version=self.row_version(run.version))
         out.ledger.runs.append(row)
@@ -375,17 +375,27 @@ class Processor(KeyedProcessor[RunState]):
         heapq.heappush(self._shrink, (run.closed_wm_us + self._grace_us, run.run_id))
         self._dirty.add(run.run_id)
 
-    def _closed_at(self, view: RunView) -> int:
+    def _closed_at(self, run: RunState, view: RunView) -> int:
         """The event time a run closes at: the watermark, but never before its terminal.
 
         The processing-time grace closes runs while the watermark may be held far back
         (at 0 by a lane that has records waiting and no mark yet); the close time decides
         when the run shrinks and when it is forgotten, which must not come a grace period
         or a retention after a time the pipeline never reached. A skewed terminal's time
-        is no event time (rule 14): the watermark alone then.
+        is no event time (rule 14): it stands for the clock plus the skew at its arrival,
+        the furthest rule 14 lets an event reach. Not the watermark alone: that is
+        wherever the other lanes happen to be when the terminal arrives (0 while one
+        has no mark yet), so a run closed at 0 would be forgotten at the next tick and a
+        later event of it would begin a new run, as it would not in another order.
         """
         term = view.terminal
-        at = term["ts"] if term is not None and not term.get("k") else 0
+        if term is None:
+            at = 0
+        elif term.get("k"):
+            assert run.terminal is not None
+            at = int(run.terminal["arrived"] * _US) + self.clock.max_skew_us
+        else:
+            at = term["ts"]
         return max(self.clock.watermark_us, at)
 
     def _death(self, run: RunState, view: RunView, out: Output) -> None:

@@ -510,3 +510,42 @@ def test_a_quarantined_event_stamped_beyond_the_clock_does_not_flag_its_run():
         ledger.add(intake.finalize(NOW))
         seen[name] = {r.run_id: r.clock_skew for r in ledger.rows("runs")}
     assert seen["before"] == seen["after"] == {"r1": False, "r2": False, "r3": True}
+
+
+def test_a_run_closed_by_a_skewed_terminal_before_any_mark_is_kept_as_in_one_lane():
+    """A skewed terminal's time is no event time (rule 14). Its run closed at the
+    watermark alone, which is 0 while another lane has records waiting and no mark yet;
+    the next tick then forgot the run (retention past 0), and a conflicting terminal that
+    came later began a new run and was billed, where read in one lane it is quarantined
+    (found by the repartition property's deep profile). The run now closes at the clock
+    plus the skew, the furthest rule 14 lets the terminal reach, in either order."""
+    from prism.pipeline.core import InRecord, Intake
+    from tests.fixtures.final_ledger import FinalLedger
+
+    run = RunBuilder("r1").started().turn(1)
+    run.finished(finishReason="stop")
+    run.events[-1]["ts"] = T0.replace(year=2199).isoformat()  # the terminal: skewed
+    run.finished(finishReason="again")  # a conflicting terminal, at T0 + 3 s (seq 3)
+    other = RunBuilder("r2", start=T0 + timedelta(hours=1)).started()  # moves event time on
+
+    def ledger_of(steps: list[tuple[int, list[dict[str, object]]]]) -> FinalLedger:
+        intake, ledger = Intake(CoreConfig(processing_grace=False)), FinalLedger()
+        intake.behind(1, True)  # lane 1 has records waiting and no mark: watermark 0
+        for offset, (lane, events) in enumerate(steps):
+            records = [InRecord(orjson.dumps(ev), "f", lane, offset) for ev in events]
+            ledger.add(intake.step(lane, records, NOW))
+            intake.commit(lane)
+            if lane == 1:
+                intake.behind(1, False)
+            for ticked, out in intake.tick(NOW).items():  # every lane judges the watermark
+                ledger.add(out)
+                intake.commit(ticked)
+        ledger.add(intake.finalize(NOW))
+        return ledger
+
+    one_lane = ledger_of([(1, other.events), (0, run.events)])
+    two_lanes = ledger_of([(0, run.events[:3]), (1, other.events), (0, run.events[3:])])
+    for ledger in (one_lane, two_lanes):
+        assert ledger.reasons() == {"r1-e3": "conflicting_terminal"}
+        assert sorted(r.run_id for r in ledger.rows("runs") if r.closed) == ["r1"]
+    assert ledger.billing() == one_lane.billing()
