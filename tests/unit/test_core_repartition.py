@@ -22,6 +22,7 @@ import random
 from collections import Counter
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import orjson
 import pytest
@@ -246,8 +247,26 @@ def _without_seq_claims(values: Sequence[bytes]) -> list[bytes]:
     return kept
 
 
+@dataclasses.dataclass(frozen=True, repr=False)
+class SimFleet:
+    """A drawn fleet's values, core config and processing clock, shown by the simulator
+    config that rebuilds them: Hypothesis prints a failing case's arguments, and the
+    values alone run to 80 kB."""
+
+    values: list[bytes]
+    config: CoreConfig
+    now: float
+    sim: FleetConfig
+
+    def __repr__(self) -> str:
+        return f"SimFleet({self.sim!r}, {len(self.values)} values)"
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:  # Hypothesis prints by this
+        p.text(repr(self))
+
+
 @st.composite
-def fleet_values(draw: st.DrawFn) -> tuple[list[bytes], CoreConfig, float]:
+def fleet_values(draw: st.DrawFn) -> SimFleet:
     """A small chaotic simulated fleet (channel operations and a burst of limit deaths
     included), its config and processing clock."""
     runs = draw(st.integers(3, 20))
@@ -276,7 +295,8 @@ def fleet_values(draw: st.DrawFn) -> tuple[list[bytes], CoreConfig, float]:
         processing_grace=False,
     )
     now = max(r.ts_ms for r in fleet.records) / 1000
-    return _without_seq_claims([r.value for r in fleet.records if r.value.strip()]), config, now
+    values = _without_seq_claims([r.value for r in fleet.records if r.value.strip()])
+    return SimFleet(values, config, now, cfg)
 
 
 @st.composite
@@ -295,9 +315,9 @@ _SETTINGS = settings(
 @_SETTINGS
 @given(fleet=fleet_values(), data=st.data())
 def test_a_fleet_split_by_any_producer_gives_the_file_paths_ledger_and_alerts(
-    fleet: tuple[list[bytes], CoreConfig, float], data: st.DataObject
+    fleet: SimFleet, data: st.DataObject
 ) -> None:
-    values, config, now = fleet
+    values, config, now = fleet.values, fleet.config, fleet.now
     expected = file_path(values, config, now)
     k, producers, nulls = data.draw(splits(len(values)))
     w = _Worker(config, k, place(values, producers, nulls, k), own_holds=data.draw(st.booleans()))
@@ -333,9 +353,9 @@ def _home_only(values: Sequence[bytes], k: int) -> list[Placed]:
 @_SETTINGS
 @given(fleet=fleet_values(), k=st.integers(1, 4), size=st.integers(1, 50))
 def test_with_every_record_at_home_routing_changes_no_output(
-    fleet: tuple[list[bytes], CoreConfig, float], k: int, size: int
+    fleet: SimFleet, k: int, size: int
 ) -> None:
-    values, config, now = fleet
+    values, config, now = fleet.values, fleet.config, fleet.now
     outs: list[list[Output]] = []
     for route in (None, k):
         intake = Intake(config, route_partitions=route)
