@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from prism.pipeline.core import CoreConfig, InRecord
 from tests.fixtures.final_ledger import FinalLedger, feed_stream
 from tests.fixtures.hostile import Fleet, fleets, hostile_values
-from tests.fixtures.runs import NOW
+from tests.fixtures.runs import NOW, RunBuilder
 
 # Grace longer than any fleet's span: closes wait for gaps or the end, never on timing.
 CFG = CoreConfig(
@@ -114,6 +114,25 @@ def test_hostile_values_never_raise_and_are_accounted_for(values: list[bytes]) -
         assert usage.cost is None or 0 <= usage.cost < 10**15
 
 
+def test_an_event_id_given_to_an_event_of_another_run_is_judged_in_each_run() -> None:
+    """A hostile record put ``victim-e1``, an event of a run it cannot bill into, in another
+    run as well (found by the deep profile). Each is judged in its own run: one is applied
+    there, the other quarantined, and each record ends in one place."""
+    victim = RunBuilder("victim", tenant="owner").started()
+    intruder = RunBuilder("victim", tenant="acme").started().turn(1).events[1]
+    values = [orjson.dumps(ev) for ev in (victim.events[0], {**intruder, "runId": "other"},
+                                          intruder)]  # fmt: skip
+    ledger, fed = deliver(values, batch_sizes=(3,))
+    assert {(e.run_id, e.event_id) for e in ledger.rows("events")} == {
+        ("victim", "victim-e0"),
+        ("other", "victim-e1"),
+    }
+    assert [(q.run_id, q.event_id, q.reason) for q in ledger.rows("quarantine")] == [
+        ("victim", "victim-e1", "tenant_mismatch")
+    ]
+    _assert_accounted(ledger, fed)
+
+
 def _assert_billing_rules(ledger: FinalLedger) -> None:
     """Rules 2, 11 and 12 on the final ledger, whatever the delivery."""
     runs = {r.run_id: r for r in ledger.rows("runs")}
@@ -134,12 +153,14 @@ def _assert_billing_rules(ledger: FinalLedger) -> None:
 
 
 def _assert_accounted(ledger: FinalLedger, fed: list[InRecord]) -> None:
-    """Each record: a dead letter at its position, or its event in the ledger xor quarantine."""
+    """Each record: a dead letter at its position, or its event (run and id) in the ledger
+    xor quarantine."""
     dead = {(d.source, d.partition, d.offset) for d in ledger.rows("dead_letters")}
-    accepted, quarantined = ledger.event_ids(), set(ledger.reasons())
+    accepted, quarantined = ledger.placed_events()
     assert not accepted & quarantined
     for rec in fed:
         if (rec.source, rec.partition, rec.offset) in dead:
             continue
-        event_id = orjson.loads(rec.value or b"{}")["eventId"]
-        assert (event_id in accepted) != (event_id in quarantined), event_id
+        ev = orjson.loads(rec.value or b"{}")
+        event = (ev["runId"], ev["eventId"])
+        assert (event in accepted) != (event in quarantined), event

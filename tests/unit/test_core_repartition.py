@@ -202,12 +202,12 @@ def play(w: _Worker, data: st.DataObject, now: float) -> None:
 
 def assert_accounted(w: _Worker) -> None:
     """Every input offset in one of ledger / quarantine / DLQ / forwarded; copies in one of
-    the first three (agent events: their id in the ledger's events xor quarantine)."""
+    the first three (agent events: their run and id in the ledger's events xor quarantine)."""
     dead = {(d.source, d.partition, d.offset) for d in w.ledger.rows("dead_letters")}
     forwarded = Counter(f.source for f in w.forwards)
     assert all(n == 1 for n in forwarded.values()), forwarded
     assert len(w.copies) == len(w.forwards)
-    accepted, quarantined = w.ledger.event_ids(), set(w.ledger.reasons())
+    accepted, quarantined = w.ledger.placed_events()
     assert not accepted & quarantined
     for rec in [*w.fed, *w.copies]:
         where = (rec.source, rec.partition, rec.offset)
@@ -218,8 +218,8 @@ def assert_accounted(w: _Worker) -> None:
             continue
         ev = orjson.loads(rec.value or b"{}")
         if ev.get("schema") == "prism.agent-event/v1":
-            eid = ev["eventId"]
-            assert (eid in accepted) != (eid in quarantined), eid
+            event = (ev["runId"], ev["eventId"])
+            assert (event in accepted) != (event in quarantined), event
 
 
 def _without_seq_claims(values: Sequence[bytes]) -> list[bytes]:
