@@ -7,8 +7,9 @@ from datetime import timedelta
 import orjson
 import pytest
 
-from prism.pipeline.core import CoreConfig, Processor, RunState
+from prism.pipeline.core import CoreConfig, InRecord, Intake, Processor, RunState
 from prism.pipeline.core._run import from_us
+from tests.fixtures.final_ledger import FinalLedger
 from tests.fixtures.runs import NOW, T0, RunBuilder, deliveries
 
 CFG = CoreConfig(grace_period_s=30, stale_after_s=3600, tombstone_retention_s=86400)
@@ -423,8 +424,6 @@ def test_estimate_rows_are_marked_superseded_when_a_report_exists_in_either_orde
 
 
 def test_intake_tick_skips_lanes_a_step_ticked_within_quiet_for():
-    from prism.pipeline.core import InRecord, Intake
-
     def records(builder, partition):  # a gap at seq 1-2: the run waits for its grace period
         events = [builder.events[0], builder.events[3]]
         return [InRecord(orjson.dumps(e), "t.events", partition, i) for i, e in enumerate(events)]
@@ -457,9 +456,6 @@ def test_a_run_without_a_tenant_keeps_its_facts_so_a_later_event_can_name_the_ow
     makes its tenant the owner and is ``conflicting_terminal``; a tombstone without an owner
     took it for ``tenant_mismatch`` and left the run on no tenant, so the ledger depended on
     when the event came (found by the repartition property, where copies arrive late)."""
-    from prism.pipeline.core import InRecord, Intake
-    from tests.fixtures.final_ledger import FinalLedger
-
     run = RunBuilder("r1").started().turn(1).finished().finished(finishReason="again")
     for ev in run.events[:3]:
         del ev["tenantId"]
@@ -489,9 +485,6 @@ def test_a_quarantined_event_stamped_beyond_the_clock_does_not_flag_its_run():
     one changes nothing (rule 2), as the simulator's truth says. The run's row said
     ``clock_skew`` when the event came while the run was whole, and not when it came after
     the run shrank to a tombstone (found by the repartition property)."""
-    from prism.pipeline.core import InRecord, Intake
-    from tests.fixtures.final_ledger import FinalLedger
-
     run = RunBuilder("r1").started().turn(1).finished()
     run.add("agent_finished", {"finishReason": "again"}, ts=T0.replace(year=2199))
     skewed_run = RunBuilder("r3").started().finished()
@@ -519,9 +512,6 @@ def test_a_run_closed_by_a_skewed_terminal_before_any_mark_is_not_forgotten_at_o
     came later began a new run and was applied, where with the other lane's mark first it
     is quarantined (found by the repartition property's deep profile). The run now closes
     at the clock plus the skew, the furthest rule 14 lets the terminal reach."""
-    from prism.pipeline.core import InRecord, Intake
-    from tests.fixtures.final_ledger import FinalLedger
-
     run = RunBuilder("r1").started().turn(1)
     run.finished(finishReason="stop")
     run.events[-1]["ts"] = T0.replace(year=2199).isoformat()  # the terminal: skewed
