@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import ClassVar, Generic, Protocol, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 import orjson
 
@@ -44,10 +44,11 @@ S = TypeVar("S", bound=_State)
 
 
 @dataclass(slots=True)
-class _Tx(Generic[S]):
-    """What changed since ``begin``: each key's state as it was before its first change."""
+class _Tx:
+    """What changed since ``begin``: each key's state as it was before its first change.
+    Not generic: mypyc compiles no generic dataclass (``make compile``)."""
 
-    items: dict[str, S | None] = field(default_factory=dict)
+    items: dict[str, Any] = field(default_factory=dict)  # key -> an S, or None
     watermark_us: int = 0  # this partition's mark on the shared clock
     forwarded_us: int | None = None  # the mark of its forwarded copies (None: none yet)
     offsets: dict[str, int] = field(default_factory=dict)
@@ -79,7 +80,7 @@ class KeyedProcessor(Generic[S]):
         self._scan_due: list[str] = []  # keys to judge at the next scan, though time stood
         self._dirty: set[str] = set()
         self._dropped: set[str] = set()
-        self._tx: list[_Tx[S]] = []
+        self._tx: list[_Tx] = []
         self.generation = 0  # the lane's owner generation (``row_version``); files: 0
 
     def row_version(self, version: int) -> int:

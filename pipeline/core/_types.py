@@ -240,17 +240,36 @@ class EventClock:
         self._holds.pop(partition, None)
 
 
-@dataclass(slots=True)
 class Delivery(Generic[E]):
     """One parsed record and where it came from (a Kafka position or a file line): an
-    ``AgentEvent`` for the run semantics, a ``ChannelOperation`` for the channel ones."""
+    ``AgentEvent`` for the run semantics, a ``ChannelOperation`` for the channel ones.
 
-    event: E
-    source: str
-    partition: int
-    offset: int
-    received_at: datetime
-    traceparent: str | None = None
+    A plain class, not a dataclass: mypyc compiles no generic dataclass (``make compile``)."""
+
+    __slots__ = ("event", "offset", "partition", "received_at", "source", "traceparent")
+
+    def __init__(
+        self,
+        event: E,
+        source: str,
+        partition: int,
+        offset: int,
+        received_at: datetime,
+        traceparent: str | None = None,
+    ) -> None:
+        self.event = event
+        self.source = source
+        self.partition = partition
+        self.offset = offset
+        self.received_at = received_at
+        self.traceparent = traceparent
+
+    def __repr__(self) -> str:
+        return (
+            f"Delivery(event={self.event!r}, source={self.source!r}, partition={self.partition}"
+            f", offset={self.offset}, received_at={self.received_at!r}"
+            f", traceparent={self.traceparent!r})"
+        )
 
 
 @dataclass(frozen=True, slots=True)
