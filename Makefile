@@ -25,7 +25,7 @@ TEST_WORKERS ?= auto
 # The broker port is passed on only when set, so the tools' own default (9092 or a free port) applies.
 KAFKA_PORT_ARG = $(if $(PRISM_KAFKA_PORT),--port $(PRISM_KAFKA_PORT))
 
-.PHONY: help venv jars browser python demo test test-unit test-integration lint fmt bench clean kafka-up kafka-down trace-backends soak
+.PHONY: help venv jars browser python demo test test-unit test-integration lint fmt bench clean kafka-up kafka-down trace-backends soak compile
 
 help:  ## list targets (variables: PYTHON=..., PRISM_KAFKA_PORT=..., PYTEST_ARGS=...)
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
@@ -93,21 +93,34 @@ trace-backends: venv  ## build Jaeger v1.75.0 and install Arize Phoenix for the 
 # output follows the unit tests'). The integration tests share one broker and time the
 # pipeline's recoveries, so they run one at a time, with the machine to themselves. pytest's
 # exit code 5 (nothing selected, e.g. by a -k in PYTEST_ARGS) is not a failure of either
-# half; the first half's failure is the exit code.
-test: venv lint jars browser  ## set up, lint, run the unit tests on every core, start a test broker on a free port, run the integration tests
+# half; the first half's failure is the exit code. The unit tests run twice: on the Python
+# source of the core (PRISM_CORE=pure) and on its mypyc build (PRISM_CORE=compiled, which
+# fails unless the build matches the sources); the integration tests run the build.
+test: venv lint jars browser compile  ## set up, lint, compile the core, run the unit tests on every CPU (pure, then compiled), start a test broker on a free port, run the integration tests
 	@mkdir -p .data; $(INSTALL_TRACE_BACKENDS) >.data/trace-backends.log 2>&1 & backends=$$!; \
-	$(BIN)/pytest tests/unit -n $(TEST_WORKERS) $(PYTEST_ARGS); unit=$$?; [ $$unit -eq 5 ] && unit=0; \
+	PRISM_CORE=pure $(BIN)/pytest tests/unit -n $(TEST_WORKERS) $(PYTEST_ARGS); unit=$$?; [ $$unit -eq 5 ] && unit=0; \
+	PRISM_CORE=compiled $(BIN)/pytest tests/unit -n $(TEST_WORKERS) $(PYTEST_ARGS); c=$$?; \
+	[ $$c -eq 5 ] && c=0; [ $$unit -eq 0 ] && unit=$$c; \
 	wait $$backends; cat .data/trace-backends.log; \
 	rm -rf $(TEST_KAFKA_DIR); \
 	port=$$($(BIN)/python -c 'from prism.devstack import free_port; print(free_port())'); \
 	$(BIN)/prism-pipeline devstack kafka up --port $$port --state-dir $(TEST_KAFKA_DIR) || exit 1; \
-	PRISM_TEST_KAFKA_BOOTSTRAP=127.0.0.1:$$port $(BIN)/pytest tests/integration $(PYTEST_ARGS); rc=$$?; \
+	PRISM_CORE=compiled PRISM_TEST_KAFKA_BOOTSTRAP=127.0.0.1:$$port $(BIN)/pytest tests/integration $(PYTEST_ARGS); rc=$$?; \
 	[ $$rc -eq 5 ] && rc=0; \
 	$(BIN)/prism-pipeline devstack kafka down --state-dir $(TEST_KAFKA_DIR); \
 	[ $$unit -ne 0 ] && exit $$unit; exit $$rc
 
-test-unit: venv  ## unit tests only (no services), on every core
+test-unit: venv  ## unit tests only (no services), on every CPU, on the build PRISM_CORE picks (auto: the current mypyc build, else the source)
 	$(BIN)/pytest tests/unit -n $(TEST_WORKERS) $(PYTEST_ARGS)
+
+# The core and the fast parser compiled with mypyc into build/mypyc (needs a C compiler and
+# the Python headers; about a minute), rebuilt when one of their sources changes. The
+# source stays the truth: a build that does not match it byte for byte is never loaded.
+CORE_SOURCES := $(wildcard pipeline/core/_*.py) schemas/_fast.py schemas/_compiled.py devstack/compile.py
+build/mypyc/manifest.json: $(CORE_SOURCES) | venv
+	@$(BIN)/python -m prism.devstack.compile
+
+compile: build/mypyc/manifest.json  ## compile the core and the fast parser with mypyc (PRISM_CORE=pure runs the source)
 
 # mypy reads the folders under their installed names (prism.*) through a tree of symlinks.
 TYPECHECK := build/typecheck/prism
@@ -127,7 +140,7 @@ fmt: venv  ## apply ruff fixes and formatting
 soak: venv jars  ## chaos soak: 3 brokers, 3 workers, 5,000 events/s and seeded faults (SOAK_MINUTES=10, SOAK_SEED=1)
 	@$(BIN)/python -m prism.devstack.soak $(if $(SOAK_MINUTES),--minutes $(SOAK_MINUTES)) $(if $(SOAK_SEED),--seed $(SOAK_SEED))
 
-bench: venv jars  ## run the benchmarks (bench/) and print figures and ratios
+bench: venv jars compile  ## run the benchmarks (bench/) and print figures and ratios
 	$(BIN)/python -m bench
 
 clean:  ## remove local state (ledger, broker data, report) but keep the venv and jars

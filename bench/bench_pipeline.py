@@ -267,7 +267,10 @@ def _worker(settings: Any, events: int, logs: Path, log: Log) -> list[dict[str, 
         f"worker: {events:,} events at {rate:,.0f}/s (from the {source}), peak RSS "
         f"{(rss or 0) / 1024:.0f} MiB, end {(end or 0) / 1024:.0f} MiB"
     )
+    from prism.pipeline import core  # the worker inherits PRISM_CORE: the same build
+
     rows = [_row("worker_events_per_s", rate, "events/s")]
+    rows.append(_row("worker_core_compiled", int(core.COMPILED), "bool"))
     if rss is not None:
         rows.append(_row("worker_peak_rss", rss / 1024, "MiB"))
     if end is not None:

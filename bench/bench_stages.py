@@ -6,8 +6,10 @@ quick 30k) keyed over 4 partitions goes through the worker's store step in batch
 ``LedgerStore`` -> ``LedgerWriter`` -> chDB, then ``Intake.commit``, with the worker's GC
 policy (``GcPolicy.batch``). Each stage is timed where it runs:
 
-- ``parse``: the intake's parse of the batch's values (``schemas.parse_fast_batch``);
-- ``core``: the rest of ``Intake.step`` (run semantics, rows, state, outputs);
+- ``parse``: the intake's parse of the batch's values (``schemas.parse_fast_batch``),
+  called just before the step through ``Intake.parse_ahead``, as ``ingest-file`` does;
+  nothing in the intake is replaced, so a compiled core (``make compile``) is timed alike;
+- ``core``: ``Intake.step`` taking those parsed values (run semantics, rows, state, outputs);
 - ``columns``: the writer's cut (rows to columns, the dedup hash of each table's chunk);
 - ``insert.<table>``: each ClickHouse INSERT until acknowledged (insert hook);
 - ``gc``: collector pauses anywhere in the loop (``gc.callbacks``), also counted in the
@@ -18,7 +20,8 @@ is the loop's rate, ``stages_peak_rss`` the child's peak RSS, ``stages_rss_start
 before the first batch and ``stages_rss_<q>`` after each quarter of the fleet (flat when
 memory does not grow with the events seen); ``stages_engine_start``/``_end`` is what the
 chDB engine's own allocator tracks (``MemoryTracking``), its part of the RSS, and
-``stages_active_parts`` the ledger's data parts at the end.
+``stages_active_parts`` the ledger's data parts at the end. ``stages_core_compiled`` (and
+``core_compiled``) is 1 when the mypyc build ran, 0 for the Python source (``PRISM_CORE``).
 chDB hosts one engine per process, so ``run()`` works in a child process.
 Run: ``.venv/bin/python -m bench.bench_stages [--quick] [--events N] [--batch N]
 [--tracemalloc]``.
@@ -158,6 +161,7 @@ def _child(
     quick: bool, events: int | None = None, batch_size: int = BATCH, trace: bool = False
 ) -> list[dict[str, Any]]:
     from prism import sinks
+    from prism.pipeline import core
     from prism.pipeline._store import LedgerStore, open_ledger
     from prism.pipeline.core import Intake, Output
     from prism.pipeline.settings import Settings
@@ -180,7 +184,7 @@ def _child(
         writer._cut = timers.timed("columns", writer._cut)  # type: ignore[method-assign]
         store = LedgerStore(writer)
         intake = Intake(settings.core_config(), max_event_bytes=settings.max_event_bytes)
-        intake._parse = timers.timed("parse", intake._parse)  # type: ignore[method-assign]
+        parse = timers.timed("parse", intake.parse_ahead)
         policy = GcPolicy()
         per = max(1, batch_size // PARTITIONS)
         engine_start, rss_start = _engine_mib(client), _rss_mib()
@@ -197,6 +201,7 @@ def _child(
                 with policy.batch():
                     t = time.perf_counter()
                     for p, recs in batch.items():
+                        parse([r.value for r in recs])  # what the step then takes parsed
                         out.extend(intake.step(p, recs, now))
                     timers.seconds["step"] += time.perf_counter() - t
                     store(out)
@@ -230,6 +235,7 @@ def _child(
     sec = timers.seconds
     sec["core"] = sec.pop("step") - sec["parse"]
     rows = [_row("stages_events", total, "events"), _row("stages_batch", batch_size, "events")]
+    rows.append(_row("stages_core_compiled", int(core.COMPILED), "bool"))
     rows += [_row("stages_events_per_s", total / elapsed, "events/s")]
     for stage in ("parse", "core", "columns"):
         rows.append(_row(f"stage_{stage}", sec[stage] / total * 1e6, "us/event"))
@@ -255,6 +261,7 @@ def core_only(events: int, batch_size: int = BATCH, repeat: int = 3) -> list[dic
     the least noisy figure for a change to the parser or the core. Each of ``repeat`` runs
     takes a fresh intake over the same fleet with the worker's collector policy; the rows
     are the best run's parse and rest of the step, in CPU time per event."""
+    from prism.pipeline import core
     from prism.pipeline.core import Intake
     from prism.pipeline.settings import Settings
     from prism.pipeline.worker._gc import GcPolicy
@@ -267,7 +274,7 @@ def core_only(events: int, batch_size: int = BATCH, repeat: int = 3) -> list[dic
     for _ in range(repeat):
         intake = Intake(settings.core_config(), max_event_bytes=settings.max_event_bytes)
         timers = _Timers(time.process_time)
-        intake._parse = timers.timed("parse", intake._parse)  # type: ignore[method-assign]
+        parse = timers.timed("parse", intake.parse_ahead)
         policy = GcPolicy()
         gc.collect()
         gc.freeze()
@@ -275,6 +282,7 @@ def core_only(events: int, batch_size: int = BATCH, repeat: int = 3) -> list[dic
         for p, recs in parts.items():
             for i in range(0, len(recs), per):
                 with policy.batch():
+                    parse([r.value for r in recs[i : i + per]])
                     intake.step(p, recs[i : i + per], 1.0e9)
                     intake.commit(p)
         step = time.process_time() - started
@@ -285,6 +293,7 @@ def core_only(events: int, batch_size: int = BATCH, repeat: int = 3) -> list[dic
         gc.collect()
     assert best is not None
     rows = [_row("core_events", total, "events"), _row("core_repeat", repeat, "runs")]
+    rows.append(_row("core_compiled", int(core.COMPILED), "bool"))
     rows.append(_row("core_step", best[0] / total * 1e6, "us/event"))
     rows.append(_row("core_parse", best[1] / total * 1e6, "us/event"))
     rows.append(_row("core_rest", (best[0] - best[1]) / total * 1e6, "us/event"))

@@ -54,8 +54,16 @@ _TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
 _DAY = 86_400.0
 RECORD_MARGIN_BYTES = 65_536  # a record batch's framing and the timer's small state changes
 # PRISM_* variables read by the dev tools and tests, not by the settings.
+# Read by the tools, or before any setting: PRISM_CORE picks the core's build at import
+# (schemas/_compiled.py: auto, compiled, pure).
 TOOL_VARIABLES = frozenset(
-    {"PRISM_KAFKA_PORT", "PRISM_KAFKA_STATE_DIR", "PRISM_KAFKA_HOME", "PRISM_TEST_KAFKA_BOOTSTRAP"}
+    {
+        "PRISM_KAFKA_PORT",
+        "PRISM_KAFKA_STATE_DIR",
+        "PRISM_KAFKA_HOME",
+        "PRISM_TEST_KAFKA_BOOTSTRAP",
+        "PRISM_CORE",
+    }
 )
 _reported_unknown: set[str] = set()
 

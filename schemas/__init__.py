@@ -25,6 +25,11 @@ is the one terminal predicate. ``dead_letter_preview`` and ``redact_unknown_data
 content sent by mistake (prompts, tool arguments and results, secrets) out of the ledger.
 """
 
+# First: ``_fast`` may come from the mypyc build (``make compile``; PRISM_CORE chooses).
+from prism.schemas._compiled import use_compiled as _use_compiled
+
+COMPILED = _use_compiled(__path__, __name__)  # True: the mypyc build runs
+
 from prism.schemas._channel import (
     CHANNEL_FINAL_STATES,
     CHANNEL_OPEN_STATES,
@@ -167,6 +172,7 @@ __all__ = [
     "CHANNEL_SCHEMA_ID",
     "CHANNEL_TOPIC",
     "CHANNEL_TRANSITIONS",
+    "COMPILED",
     "COST_MAX_DECIMALS",
     "DEFAULT_DENY",
     "EVENT_JSON_SCHEMA_ID",

@@ -16,6 +16,12 @@ Example::
     intake.finalize(now)   # at the end of a file replay
 """
 
+# First: the core's modules may come from the mypyc build (``make compile``; PRISM_CORE
+# chooses, and schemas/_compiled.py says how).
+from prism.schemas._compiled import use_compiled as _use_compiled
+
+COMPILED = _use_compiled(__path__, __name__)  # True: the mypyc build runs
+
 from ._alerts import (
     RULE_EXHAUSTION,
     RULE_STALE,
@@ -61,6 +67,7 @@ CHANNEL_QUARANTINE_REASONS = (_ILLEGAL_TRANSITION, _DUPLICATE_SEQ)
 
 __all__ = [
     "CHANNEL_QUARANTINE_REASONS",
+    "COMPILED",
     "PRODUCER_PATTERNS",
     "QUARANTINE_REASONS",
     "RULE_EXHAUSTION",

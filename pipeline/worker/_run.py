@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from .. import core
 from ..settings import Settings
 from ._app import PipelineWorker
 
@@ -105,11 +106,12 @@ def run_worker(
 
     try:
         log.info(
-            "worker starting: topic=%s group=%s ledger=%s gil_switch_interval=%gs",
+            "worker starting: topic=%s group=%s ledger=%s gil_switch_interval=%gs core=%s",
             settings.topics.input,
             settings.consumer_group,
             settings.clickhouse_database,
             settings.gil_switch_interval_seconds,
+            "compiled" if core.COMPILED else "python",
         )
         with switch_interval(settings.gil_switch_interval_seconds):
             asyncio.run(main())

@@ -257,8 +257,18 @@ def test_the_core_only_stage_bench_reports_the_best_run_split_into_parse_and_res
     from bench import bench_stages
 
     rows = {r["metric"]: r for r in bench_stages.core_only(1_500, batch_size=400, repeat=2)}
-    assert list(rows) == ["core_events", "core_repeat", "core_step", "core_parse", "core_rest"]
+    assert list(rows) == [
+        "core_events",
+        "core_repeat",
+        "core_compiled",
+        "core_step",
+        "core_parse",
+        "core_rest",
+    ]
     assert rows["core_events"]["value"] > 1_000 and rows["core_repeat"]["value"] == 2
+    from prism.pipeline import core
+
+    assert rows["core_compiled"]["value"] == int(core.COMPILED)  # which build was timed
     step, parse, rest = (rows[k]["value"] for k in ("core_step", "core_parse", "core_rest"))
     assert parse > 0 and rest > 0 and abs(step - parse - rest) < 0.01  # rounded to 3 places
     assert {rows[k]["unit"] for k in ("core_step", "core_parse", "core_rest")} == {"us/event"}

@@ -222,6 +222,7 @@ def test_a_poison_record_is_isolated_and_the_rest_is_stored() -> None:
     assert intake.processor(-1).next_offset == 6
 
 
+@pytest.mark.pure_core
 def test_an_exception_in_the_semantics_dead_letters_that_event_only(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

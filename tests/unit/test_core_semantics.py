@@ -355,6 +355,7 @@ def test_a_run_closed_with_a_gap_rests_and_still_waits_for_it():
     assert [r.missing_count for r in out.ledger.runs if r.run_id == "r1"] == [0]
 
 
+@pytest.mark.pure_core
 def test_a_run_is_classified_again_only_when_its_facts_change(monkeypatch):
     from prism.pipeline.core import _processor
 

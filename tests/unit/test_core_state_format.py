@@ -201,6 +201,7 @@ def test_restoring_a_lane_decodes_only_its_live_runs() -> None:
     assert len(proc.thawed()) == stored_runs
 
 
+@pytest.mark.pure_core
 @settings(max_examples=20, deadline=None)
 @given(st.integers(0, 5), st.integers(7, 300), st.lists(st.booleans(), min_size=1, max_size=40))
 def test_runs_at_rest_in_their_bytes_step_on_exactly_as_decoded_ones(
