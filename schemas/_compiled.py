@@ -117,10 +117,3 @@ def _load_group(build: Path) -> None:
     module = importlib.util.module_from_spec(spec)
     sys.modules[group] = module
     spec.loader.exec_module(module)
-
-
-def compiled(module: object) -> bool:
-    """Whether ``module`` was loaded from a compiled build (an extension module)."""
-    return str(getattr(module, "__file__", "")).endswith(
-        str(sysconfig.get_config_var("EXT_SUFFIX"))
-    )
