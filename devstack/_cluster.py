@@ -28,7 +28,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import shlex
 import shutil
 import subprocess
 import time
@@ -56,26 +55,10 @@ class KafkaNode(LocalKafka):
     min_isr: int = 2
     # C1 only: a node starts in about half the time on a busy laptop or CI runner, which
     # is what fault tests restarting nodes wait for; peak throughput does not matter here.
+    # On the command line, never through a wrapper script: the nodes start from threads
+    # side by side, and a script one thread has just written can be open for writing in
+    # another thread's forked child, which makes its exec fail with ETXTBSY.
     jvm_options: tuple[str, ...] = ("-XX:TieredStopAtLevel=1",)
-
-    def up(self, timeout: float = 90.0) -> None:
-        """``LocalKafka.up`` with ``jvm_options`` (through a ``java`` wrapper in ``state_dir``)."""
-        self.use_jvm_options()
-        super().up(timeout)
-
-    def use_jvm_options(self) -> None:
-        """Point ``java`` at a wrapper script that adds ``jvm_options`` (once)."""
-        wrapper = self.state_dir / "java"
-        if not self.jvm_options or self.java == str(wrapper):
-            return
-        real = shutil.which(self.java)
-        if real is None:
-            return  # LocalKafka.up says what is missing
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        options = " ".join(shlex.quote(o) for o in self.jvm_options)
-        wrapper.write_text(f'#!/bin/sh\nexec {shlex.quote(real)} {options} "$@"\n')
-        wrapper.chmod(0o755)
-        self.java = str(wrapper)
 
     def _write_config(self, data: Path, cport: int) -> Path:
         props = super()._write_config(data, cport)  # also writes the log4j2 configuration
@@ -222,7 +205,6 @@ class LocalKafkaCluster:
         data = node.state_dir / "data"
         if (data / "meta.properties").exists():
             return
-        node.use_jvm_options()
         java = shutil.which(node.java)
         if java is None:
             raise DevstackError("Java is not on PATH; Kafka needs Java 17 or newer.")
@@ -231,7 +213,7 @@ class LocalKafkaCluster:
         props = node._write_config(data, node.controller_port or 0)
         fmt = subprocess.run(
             [
-                java, f"-Xmx{self.heap}", "-cp", f"{lib}/*",
+                java, *node.jvm_options, f"-Xmx{self.heap}", "-cp", f"{lib}/*",
                 f"-Dlog4j2.configurationFile={node.state_dir / 'log4j2.properties'}",
                 "kafka.tools.StorageTool", "format",
                 f"--cluster-id={self.cluster_id}", f"--config={props}",

@@ -107,6 +107,8 @@ class LocalKafka:
     heap: str = "512m"
     partitions: int = 4
     java: str = field(default_factory=lambda: shutil.which("java") or "java")
+    # Options put right after ``java`` on every command line (the format and the broker).
+    jvm_options: tuple[str, ...] = ()
 
     @property
     def bootstrap(self) -> str:
@@ -227,6 +229,7 @@ class LocalKafka:
         classpath = f"{lib}/*"
         base = [
             java,
+            *self.jvm_options,
             f"-Xmx{self.heap}",
             f"-Xms{self.heap}",
             "-cp",

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from prism.devstack import DevstackError, LocalKafkaCluster
+from prism.devstack._kafka import KAFKA_VERSION, LocalKafka, free_port
 from prism.devstack._quorum import quorum_leader
 
 
@@ -105,14 +106,40 @@ def test_cli_status_of_a_cluster_never_started_lists_every_node(tmp_path: Path) 
     assert "127.0.0.1:29502" in lines[2]
 
 
-def test_nodes_start_java_through_a_wrapper_that_adds_their_jvm_options(tmp_path: Path) -> None:
-    node = LocalKafkaCluster(tmp_path, brokers=3, port=29600).nodes[0]
-    node.use_jvm_options()
-    wrapper = tmp_path / "node-1" / "java"
-    assert node.java == str(wrapper)
-    assert wrapper.stat().st_mode & 0o111
-    out = subprocess.run([node.java, "-version"], capture_output=True, text=True, check=False)
-    assert out.returncode == 0 and "version" in out.stderr
-    assert "-XX:TieredStopAtLevel=1" in wrapper.read_text()
-    node.use_jvm_options()  # idempotent: never a wrapper around the wrapper
-    assert node.java == str(wrapper) and wrapper.read_text().count("exec") == 1
+def test_nodes_put_their_jvm_options_on_javas_command_line_and_write_no_script(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A stand-in java that records each command line, reports Java 21 and fails the rest,
+    # so that the format and the start stop right after launching it.
+    argv_log = tmp_path / "argv.log"
+    fake = tmp_path / "bin" / "java"
+    fake.parent.mkdir()
+    fake.write_text(
+        "#!/bin/sh\n"
+        f'echo "$@" >> {argv_log}\n'
+        '[ "$1" = -version ] && { echo \'openjdk version "21.0.1"\' >&2; exit 0; }\n'
+        "exit 3\n"
+    )
+    fake.chmod(0o755)
+    home = tmp_path / "kafka"
+    (home / "lib").mkdir(parents=True)
+    (home / "lib" / f"kafka_2.13-{KAFKA_VERSION}.jar").touch()
+    monkeypatch.setenv("PRISM_KAFKA_HOME", str(home))
+    cluster = LocalKafkaCluster(tmp_path / "c", brokers=3, port=free_port())
+    node = cluster.nodes[0]
+    assert node.jvm_options == ("-XX:TieredStopAtLevel=1",)
+    node.java = str(fake)
+    with pytest.raises(DevstackError, match="formatting the storage of node 1 failed"):
+        cluster._format(node)
+    with pytest.raises(DevstackError, match="exited with code 3"):
+        (node.state_dir / "data").mkdir(parents=True)
+        (node.state_dir / "data" / "meta.properties").touch()  # formatted: start the broker
+        node.up(timeout=10)
+    launched = [ln.split() for ln in argv_log.read_text().splitlines() if ln != "-version"]
+    assert [
+        argv[-2:] if "kafka.Kafka" in argv else argv[argv.index("format")] for argv in launched
+    ] == ["format", ["kafka.Kafka", str(node.state_dir / "server.properties")]]
+    assert all(argv[0] == "-XX:TieredStopAtLevel=1" for argv in launched)
+    assert not (node.state_dir / "java").exists()
+    single = LocalKafka(tmp_path / "single")
+    assert single.jvm_options == ()  # the single broker runs with the JVM's own defaults
