@@ -53,7 +53,15 @@ from ..retry import retry_transient
 from ..settings import Settings
 from ._produce import ProducedRecord, send_records
 
-__all__ = ["ALERTER", "Checkpoint", "Fenced", "SlotCommit", "Transactions", "quiet_fenced_futures"]
+__all__ = [
+    "ALERTER",
+    "Checkpoint",
+    "Fenced",
+    "Lost",
+    "SlotCommit",
+    "Transactions",
+    "quiet_fenced_futures",
+]
 
 log = logging.getLogger("prism.worker")
 
@@ -62,6 +70,14 @@ ALERTER = "alerter"  # the slot of the limit-deaths partition
 
 class Fenced(Exception):
     """A newer owner of the slot took over: this process may not write for it."""
+
+
+class Lost(Fenced):
+    """The transaction's outcome is unknown, with no sign of a newer owner: it did not
+    end in time, or the producer's sender died on a lost connection (aiokafka ends a
+    producer whose coordinator lookup went to a broker that died). Handled as fenced,
+    but the slot is taken back as soon as the group still assigns it here: reopening
+    its producer ends the transaction either way, and the restore reads which."""
 
 
 class _Unusable(Exception):
@@ -152,6 +168,7 @@ class Transactions:
         """A new producer for ``slot``; starting it fences every earlier producer of the
         slot (in this process or another) and aborts its open transaction."""
         from aiokafka import AIOKafkaProducer
+        from aiokafka.errors import KafkaConnectionError, KafkaError
 
         await self.close(slot)
 
@@ -169,8 +186,12 @@ class Transactions:
             )
             try:
                 await producer.start()
-            except BaseException:
+            except BaseException as exc:
                 await _stop_quietly(producer)
+                if isinstance(exc, KafkaError) and _connection_lost(exc):
+                    # its coordinator lookup went to a broker that died: a new producer
+                    # asks again (aiokafka raises a plain, not retriable, KafkaError)
+                    raise KafkaConnectionError(f"starting the producer: {exc}") from exc
                 raise
             return producer
 
@@ -260,9 +281,7 @@ class Transactions:
             # assignment. Its outcome unknown, the slot is handled as fenced, as below:
             # the group, not this wait, decides who holds it next.
             self._let_go(slot)
-            raise Fenced(
-                f"slot {slot}: the transaction did not end in {self.give_up_s:g}s"
-            ) from exc
+            raise Lost(f"slot {slot}: the transaction did not end in {self.give_up_s:g}s") from exc
         except _Unusable as exc:  # the sender died on a fatal error: as fenced, below
             await self.close(slot)
             raise Fenced(f"slot {slot}: {exc}") from exc
@@ -276,6 +295,10 @@ class Transactions:
             # handled as fenced: its producer closed, its state dropped, and taken back
             # from Kafka's committed state if the group still assigns it here (``reclaim``).
             await self.close(slot)
+            if _connection_lost(exc):
+                raise Lost(
+                    f"slot {slot}: its producer died on a lost connection ({exc!r})"
+                ) from exc
             raise Fenced(f"slot {slot}: the transaction failed ({exc!r})") from exc
 
 
@@ -294,19 +317,23 @@ class Checkpoint:
         self.fenced_writes = 0
         self.produced: dict[tuple[str, int], int] = {}  # (topic, partition) -> last offset
 
-    async def commit(self, commits: Mapping[str, SlotCommit]) -> set[str]:
-        """Commit each slot's transaction (concurrently); the slots found fenced."""
+    async def commit(self, commits: Mapping[str, SlotCommit]) -> dict[str, Fenced]:
+        """Commit each slot's transaction (concurrently); the slots found fenced (``Lost``
+        ones among them), each with what fenced it."""
         slots: Sequence[str] = sorted(commits)
         results = await asyncio.gather(
             *(self._one(slot, commits[slot]) for slot in slots), return_exceptions=True
         )
-        fenced = set()
+        fenced: dict[str, Fenced] = {}
         for slot, result in zip(slots, results, strict=True):
             if isinstance(result, Fenced):
                 self.fenced_writes += 1
                 self.last.pop(slot, None)
-                log.warning("%s; its batch is left to the slot's new owner", result)
-                fenced.add(slot)
+                if isinstance(result, Lost):
+                    log.warning("%s; the slot is taken back from its committed state", result)
+                else:
+                    log.warning("%s; its batch is left to the slot's new owner", result)
+                fenced[slot] = result
             elif isinstance(result, BaseException):
                 raise result
         return fenced
@@ -319,6 +346,29 @@ class Checkpoint:
             self.last[slot] = metadata
         for key, offset in produced.items():
             self.produced[key] = max(self.produced.get(key, -1), offset)
+
+
+def _connection_lost(exc: BaseException) -> bool:
+    """Whether ``exc`` came of a lost connection and of nothing that names a fence, by
+    the exceptions it was raised from (aiokafka wraps the cause in ``KafkaError``s)."""
+    from aiokafka.errors import (
+        InvalidProducerEpoch,
+        KafkaConnectionError,
+        ProducerFenced,
+        TransactionCoordinatorFenced,
+    )
+
+    fences = (InvalidProducerEpoch, ProducerFenced, TransactionCoordinatorFenced)
+    lost = False
+    seen: set[int] = set()
+    at: BaseException | None = exc
+    while at is not None and id(at) not in seen:
+        seen.add(id(at))
+        if isinstance(at, fences):
+            return False
+        lost = lost or isinstance(at, KafkaConnectionError)
+        at = at.__cause__ or at.__context__
+    return lost
 
 
 async def _stop_quietly(producer: Any) -> None:

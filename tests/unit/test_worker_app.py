@@ -31,7 +31,7 @@ from prism.pipeline.core import InRecord, home_partition
 from prism.pipeline.core._run import to_us
 from prism.pipeline.settings import Settings
 from prism.pipeline.worker._app import PipelineWorker
-from prism.pipeline.worker._checkpoint import Fenced, SlotCommit
+from prism.pipeline.worker._checkpoint import Fenced, Lost, SlotCommit
 from prism.pipeline.worker._consumer import CoPartitioningError, Fetched, check_copartitioned
 from prism.pipeline.worker._lanes import CHANNEL_LANE
 from prism.pipeline.worker._slotstate import KEY, SlotState
@@ -55,6 +55,9 @@ class _Transactions:
         self.producers: dict[str, object] = {}
         self.gate: asyncio.Event | None = None  # set: commits wait for it (a broker away)
         self.waiting = asyncio.Event()  # a commit waits at the gate
+        # slot -> whether its next commit lands: either way it raises ``Lost`` (a broker
+        # away, the outcome unknown to the worker)
+        self.lose: dict[str, bool] = {}
 
     async def open(self, slot: str) -> None:
         self.producers[slot] = object()
@@ -72,6 +75,9 @@ class _Transactions:
             await self.gate.wait()
         if self.broker.owner.get(slot) is not self or slot not in self.producers:
             raise Fenced(f"slot {slot}: fenced")
+        lands = self.lose.pop(slot, None)
+        if lands is False:
+            raise Lost(f"slot {slot}: the transaction did not end in 20s")
         await asyncio.sleep(0)
         produced = self._append(commit.records)
         if commit.tail is not None:  # sent once the brokers acknowledged the rest
@@ -88,6 +94,8 @@ class _Transactions:
                     part[r.key or b""] = r.value
         for tp, offset in commit.offsets.items():
             self.broker.committed[tp] = (offset, metadata)
+        if lands:
+            raise Lost(f"slot {slot}: its producer died on a lost connection")
         return produced
 
     def _append(self, records: Collection[Any]) -> dict[tuple[str, int], int]:
@@ -315,6 +323,48 @@ def test_a_slot_fenced_but_still_assigned_is_taken_back_after_the_wait(tmp_path:
     assert w.slots.held[0].positions[tp] == 20  # restored from the last commit
     assert w.consumer.sought[tp] == 20  # type: ignore[attr-defined]
     assert w.checkpoint.fenced_writes == 1 and not w.slots.fenced_at
+
+
+@pytest.mark.parametrize("lands", [False, True], ids=["aborted", "committed"])
+def test_a_slot_lost_without_a_fence_is_taken_back_at_once_if_still_assigned(
+    tmp_path: Any, lands: bool
+) -> None:
+    """A transaction whose outcome the worker cannot know (it did not end in time, or
+    the producer died on a lost connection) shows no newer owner: the slot is taken back
+    at the next look, not after the wait for a rebalance, from what was committed,
+    whichever way the transaction ended. The group's word still decides: a lost slot
+    it no longer assigns here is not taken back."""
+    broker, w, recs, tp = _one(tmp_path)
+    txns = w.transactions
+    assert isinstance(txns, _Transactions)
+
+    async def go() -> list[int]:
+        await _assign(w, _slot(w, 0))
+        await w._batch({tp: recs[:20]})
+        txns.lose["0"] = lands
+        await w._batch({tp: recs[20:40]})
+        assert 0 not in w.slots.held and w.checkpoint.fenced_writes == 1
+        back = await w.slots.reclaim(_slot(w, 0), after_s=60.0)
+        await w._batch({tp: recs[broker.committed[tp][0] :]})
+        return back
+
+    assert asyncio.run(go()) == [0]
+    assert not w.slots.fenced_at
+    assert w.consumer.sought[tp] == (40 if lands else 20)  # type: ignore[attr-defined]
+    assert broker.committed[tp][0] == len(recs)
+    assert w.slots.held[0].positions[tp] == len(recs)
+
+    broker, w, recs, tp = _one(tmp_path / "moved")
+    txns = w.transactions
+    assert isinstance(txns, _Transactions)
+
+    async def moved() -> list[int]:
+        await _assign(w, _slot(w, 0))
+        txns.lose["0"] = lands
+        await w._batch({tp: recs[:20]})
+        return await w.slots.reclaim(_slot(w, 1), after_s=60.0)  # slot 0 is elsewhere now
+
+    assert asyncio.run(moved()) == [] and 0 not in w.slots.held and not w.slots.fenced_at
 
 
 def test_a_slot_kept_through_a_rebalance_is_read_back_only_if_someone_committed_since(

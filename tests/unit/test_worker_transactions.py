@@ -5,19 +5,28 @@ The producer is a stand-in with aiokafka's transactional methods, so the real
 broker answered an EndTxn that raced a new owner's epoch fence with UnknownError, and
 aiokafka's sender died with "Unexpected error during batch delivery") must not stop the
 worker: the slot is handled as fenced, its producer closed, and the group decides who
-holds it next. Transient errors retry the whole transaction; a bug is raised unchanged.
+holds it next. A commit that did not end in time, or whose producer died on a lost
+connection, is ``Lost``: fenced, but taken back at once while the group assigns it here.
+Transient errors retry the whole transaction; a bug is raised unchanged.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from aiokafka import TopicPartition
-from aiokafka.errors import KafkaConnectionError, KafkaError, ProducerFenced
+from aiokafka.errors import (
+    InvalidProducerEpoch,
+    KafkaConnectionError,
+    KafkaError,
+    ProducerFenced,
+)
 
-from prism.pipeline.worker._checkpoint import Checkpoint, Fenced, SlotCommit, Transactions
+from prism.pipeline.worker._checkpoint import Checkpoint, Fenced, Lost, SlotCommit, Transactions
 
 
 class _Producer:
@@ -74,7 +83,7 @@ def test_an_unknown_outcome_of_the_commit_fences_the_slot_instead_of_stopping_th
     producer = _Producer([sender_died])
     txns, checkpoint = _commit(producer)
     fenced = asyncio.run(checkpoint.commit({"3": _OFFSETS}))
-    assert fenced == {"3"}
+    assert set(fenced) == {"3"} and not isinstance(fenced["3"], Lost)  # it may be a fence
     assert producer.stopped and "3" not in txns.producers  # closed: a new one is opened later
     assert checkpoint.fenced_writes == 1 and "3" not in checkpoint.last
     assert producer.calls == ["begin", "offsets:g:[(3, (42, 'tok:1'))]", "commit"]
@@ -91,7 +100,7 @@ def test_a_fence_named_by_the_broker_fences_the_slot() -> None:
 def test_a_transient_error_retries_the_whole_transaction() -> None:
     producer = _Producer([KafkaConnectionError()])
     _, checkpoint = _commit(producer)
-    assert asyncio.run(checkpoint.commit({"3": _OFFSETS})) == set()
+    assert asyncio.run(checkpoint.commit({"3": _OFFSETS})) == {}
     assert producer.calls.count("begin") == 2 and producer.calls.count("commit") == 2
     assert checkpoint.last == {"3": "tok:1"} and not producer.stopped
 
@@ -110,7 +119,7 @@ def test_a_producer_left_unusable_by_a_fatal_error_fences_the_slot() -> None:
     raised aiokafka's state assertion, which stopped the worker (seen in a chaos soak)."""
     producer = _Producer([KafkaConnectionError()], fatal=True)
     txns, checkpoint = _commit(producer)
-    assert asyncio.run(checkpoint.commit({"3": _OFFSETS})) == {"3"}
+    assert set(asyncio.run(checkpoint.commit({"3": _OFFSETS}))) == {"3"}
     assert producer.stopped and "3" not in txns.producers
     assert producer.calls.count("begin") == 2 and producer.calls.count("commit") == 1
 
@@ -126,7 +135,7 @@ def test_a_transaction_that_does_not_end_in_time_fences_the_slot() -> None:
 
     async def go() -> None:
         async with asyncio.timeout(5):  # the old code waited for the stop: forever here
-            with pytest.raises(Fenced, match=r"slot 3: the transaction did not end in 0.2s"):
+            with pytest.raises(Lost, match=r"slot 3: the transaction did not end in 0.2s"):
                 await txns.commit("3", _OFFSETS, "tok:1")
         assert "3" not in txns.producers  # the slot's next producer fences this one
         await asyncio.sleep(0)
@@ -135,3 +144,93 @@ def test_a_transaction_that_does_not_end_in_time_fences_the_slot() -> None:
 
     asyncio.run(go())
     assert "abort" not in producer.calls
+
+
+def _chain(*errors: BaseException) -> BaseException:
+    """``errors[0]`` raised from ``errors[1]``, raised from ``errors[2]``, ..."""
+    for err, cause in itertools.pairwise(errors):
+        err.__cause__ = cause
+    return errors[0]
+
+
+def _sender_death(cause: BaseException) -> BaseException:
+    """What aiokafka's producer raises once its sender died, chained as it chains it."""
+    return _chain(
+        KafkaError("Unexpected error during batch delivery"), KafkaError(repr(cause)), cause
+    )
+
+
+def _closed() -> KafkaConnectionError:
+    return KafkaConnectionError("Connection at 127.0.0.1:9094 closed")
+
+
+def test_a_producer_that_died_on_a_lost_connection_loses_the_slot_without_a_fence() -> None:
+    """A coordinator lookup sent to a broker that died ends aiokafka's sender (seen with
+    a 3-broker cluster, a broker SIGKILLed as eight producers began their transactions):
+    no newer owner is in sight, so the slot is ``Lost`` and taken back at once."""
+    producer = _Producer([_sender_death(_closed())])
+    txns, checkpoint = _commit(producer)
+    fenced = asyncio.run(checkpoint.commit({"3": _OFFSETS}))
+    assert set(fenced) == {"3"} and isinstance(fenced["3"], Lost)
+    assert "lost connection" in str(fenced["3"])
+    assert producer.stopped and "3" not in txns.producers and "3" not in checkpoint.last
+
+
+@pytest.mark.parametrize(
+    "cause",
+    [
+        lambda: KafkaError("UnknownError"),
+        lambda: _chain(_closed(), ProducerFenced()),
+        lambda: _chain(InvalidProducerEpoch(), _closed()),
+    ],
+    ids=["no-lost-connection", "a-fence-below-it", "a-fence-above-it"],
+)
+def test_a_sender_death_without_a_lost_connection_or_with_a_fence_is_a_fence(
+    cause: Callable[[], BaseException],
+) -> None:
+    died = _sender_death(cause())
+    fenced = asyncio.run(_commit(_Producer([died]))[1].commit({"3": _OFFSETS}))
+    assert set(fenced) == {"3"} and not isinstance(fenced["3"], Lost)
+
+
+class _Starting:
+    """A stand-in for aiokafka's producer class whose ``start`` raises the queued errors."""
+
+    errors: list[BaseException] = []
+    made: list[_Starting] = []
+
+    def __init__(self, **kwargs: Any) -> None:
+        self.kwargs = kwargs
+        self.stopped = False
+        _Starting.made.append(self)
+
+    async def start(self) -> None:
+        if _Starting.errors:
+            raise _Starting.errors.pop(0)
+
+    async def stop(self) -> None:
+        self.stopped = True
+
+
+@pytest.mark.parametrize("lost", [True, False], ids=["lost-connection", "other"])
+def test_a_producer_whose_coordinator_lookup_lost_its_connection_is_started_anew(
+    monkeypatch: pytest.MonkeyPatch, lost: bool
+) -> None:
+    """aiokafka raises a plain ``KafkaError`` when the broker asked for the coordinator
+    dies during ``start``: that is retried with a new producer; other errors are not."""
+    import aiokafka
+
+    monkeypatch.setattr(aiokafka, "AIOKafkaProducer", _Starting)
+    monkeypatch.setattr(_Starting, "made", [])
+    cause = _closed() if lost else KafkaError("UnknownError")
+    monkeypatch.setattr(_Starting, "errors", [_chain(KafkaError(repr(cause)), cause)])
+    txns = Transactions("g", {"bootstrap_servers": "127.0.0.1:1"})
+    if lost:
+        asyncio.run(txns.open("3"))
+        first, second = _Starting.made
+        assert first.stopped and txns.producers["3"] is second and not second.stopped
+        assert second.kwargs["transactional_id"] == "g.3"
+    else:
+        with pytest.raises(KafkaError, match="UnknownError"):
+            asyncio.run(txns.open("3"))
+        assert len(_Starting.made) == 1 and "3" not in txns.producers
