@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 
 from aiokafka import TopicPartition
@@ -33,7 +34,7 @@ from ..core import (
 )
 from ..settings import Settings
 from ._budget_desk import WorkerBudgetDesk
-from ._checkpoint import ALERTER, Checkpoint, SlotCommit, Transactions
+from ._checkpoint import ALERTER, Checkpoint, Fenced, Lost, SlotCommit, Transactions
 from ._consumer import GroupConsumer
 from ._produce import ProducedRecord
 from ._state import StateReader
@@ -60,6 +61,8 @@ class AlertDesk:
         self.config = config
         self.alerter: ExhaustionAlerter | None = None
         self.position: int | None = None  # the next offset of limit-deaths to step
+        # when a commit of the alerter was fenced here, and whether it was only lost
+        self.fenced_at: tuple[float, bool] | None = None
         self.budgets = WorkerBudgetDesk(settings, config) if settings.budgets_file else None
 
     async def take(self, consumer: GroupConsumer, transactions: Transactions) -> None:
@@ -68,12 +71,14 @@ class AlertDesk:
         await transactions.open(ALERTER)
         self.forget()
         self.held = True
+        self.fenced_at = None
         done = await consumer.committed([self.tp])
         self.position = done[self.tp][0] if done else None
 
     async def give_up(self, transactions: Transactions) -> None:
         """The partition was revoked: another process holds the alerter next."""
         self.held = False
+        self.fenced_at = None
         self.forget()
         await transactions.close(ALERTER)
 
@@ -96,9 +101,9 @@ class AlertDesk:
         if out.ledger.alerts:
             await asyncio.to_thread(store, out)
         commit = self.commit_of(out, last + 1)
-        if await checkpoint.commit({ALERTER: commit}):  # fenced: the holder moved on
-            self.held = False
-            self.forget()
+        fenced = await checkpoint.commit({ALERTER: commit})
+        if fenced:  # the holder moved on, or the commit was lost
+            self._fenced(fenced[ALERTER])
         elif out.ledger.alerts:
             await send(out.ledger.alerts)
         return out
@@ -106,8 +111,33 @@ class AlertDesk:
     async def markers(self, consumed: int | None, checkpoint: Checkpoint) -> None:
         """Commit the partition's offset past transaction markers (``past_markers``)."""
         commit = self.past_markers(consumed) if self.held else None
-        if commit is not None and await checkpoint.commit({ALERTER: commit}):
-            self.held = False  # fenced: the alerter is another process's
+        fenced = {} if commit is None else await checkpoint.commit({ALERTER: commit})
+        if fenced:
+            self._fenced(fenced[ALERTER])
+
+    def _fenced(self, why: Fenced) -> None:
+        """Let the alerter go: another process holds it, or takes it back (``reclaim``)."""
+        self.held = False
+        self.forget()
+        self.fenced_at = (time.monotonic(), isinstance(why, Lost))
+
+    async def reclaim(
+        self, consumer: GroupConsumer, transactions: Transactions, after_s: float
+    ) -> bool:
+        """Take the alerter back, as ``Slots.reclaim`` takes slots back: fenced more than
+        ``after_s`` ago, or only lost, while the group still assigns its partition here.
+        Otherwise no process would page for limit deaths until the next rebalance."""
+        if self.fenced_at is None:
+            return False
+        at, lost = self.fenced_at
+        if not lost and time.monotonic() - at < after_s:
+            return False
+        self.fenced_at = None
+        if self.tp not in consumer.assignment():
+            return False
+        log.warning("the alerter: fenced but still assigned here; taking it back")
+        await self.take(consumer, transactions)
+        return True
 
     async def step(self, values: Sequence[bytes | None], first: int, last: int) -> Output:
         """The deaths and lane reports of limit-deaths offsets ``first..last`` in; the rows

@@ -245,7 +245,9 @@ class PipelineWorker:
             if tps is None:  # a reclaim opens producers, so a revocation waits for it here
                 session_s = self.settings.consumer_session_timeout_seconds
                 await self.slots.reclaim(self.consumer.assignment(), 2 * session_s)
+                await self.alerts.reclaim(self.consumer, self.transactions, 2 * session_s)
                 return
+            self.alerts.fenced_at = None  # whatever was fenced, the group has spoken since
             try:
                 await self.slots.assigned(tps)
                 if self.alerts.tp in tps:

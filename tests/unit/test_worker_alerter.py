@@ -13,7 +13,7 @@ from prism.pipeline.core import InRecord, LaneReport, LimitDeath, death_record, 
 from prism.pipeline.core._run import to_us
 from prism.pipeline.settings import Settings
 from prism.pipeline.worker._alerter import STATE_KEY, AlertDesk
-from prism.pipeline.worker._checkpoint import ALERTER, SlotCommit
+from prism.pipeline.worker._checkpoint import ALERTER, Fenced, Lost, SlotCommit
 
 T0 = datetime(2026, 11, 30, tzinfo=UTC)
 
@@ -69,10 +69,14 @@ def test_the_desk_decides_at_the_watermark_and_its_next_holder_reads_its_state_b
 class _Held:
     """The consumer, producers and checkpoint an alerter's holder talks to, as a log."""
 
-    def __init__(self, committed: int | None, fenced: bool = False) -> None:
+    def __init__(self, committed: int | None, fenced: Fenced | None = None) -> None:
         self.committed_at = committed
-        self.fenced = fenced
+        self.fenced = fenced  # what each commit raises, if any
         self.log: list[tuple[str, Any]] = []
+        self.assigned: set[TopicPartition] = set()
+
+    def assignment(self) -> set[TopicPartition]:
+        return self.assigned
 
     async def committed(self, tps: Any) -> dict[TopicPartition, tuple[int, str]]:
         if self.committed_at is None:
@@ -85,10 +89,10 @@ class _Held:
     async def close(self, slot: str) -> None:
         self.log.append(("close", slot))
 
-    async def commit(self, commits: dict[str, SlotCommit]) -> set[str]:
+    async def commit(self, commits: dict[str, SlotCommit]) -> dict[str, Fenced]:
         [(slot, commit)] = commits.items()
         self.log.append(("commit", (slot, dict(commit.offsets), len(commit.records))))
-        return {slot} if self.fenced else set()
+        return {} if self.fenced is None else {slot: self.fenced}
 
     def store(self, out: Any) -> None:
         self.log.append(("store", len(out.ledger.alerts)))
@@ -138,7 +142,7 @@ def test_a_holder_steps_from_the_committed_offset_and_commits_before_it_sends(
 
 def test_a_fenced_holder_lets_the_alerter_go_and_sends_nothing(tmp_path: Any) -> None:
     desk = _desk(tmp_path, {})
-    held = _Held(committed=None, fenced=True)
+    held = _Held(committed=None, fenced=Fenced("slot alerter: fenced"))
 
     async def go() -> None:
         await desk.take(held, held)  # type: ignore[arg-type]
@@ -151,3 +155,33 @@ def test_a_fenced_holder_lets_the_alerter_go_and_sends_nothing(tmp_path: Any) ->
         assert [kind for kind, _ in held.log] == ["open", "store", "commit"]
 
     asyncio.run(go())
+
+
+def test_an_alerter_fenced_or_lost_but_still_assigned_is_taken_back(tmp_path: Any) -> None:
+    """As slots are (``Slots.reclaim``): a fenced alerter after the wait for a rebalance,
+    a lost one (its commit's outcome unknown, no newer owner in sight) at once, and
+    neither once the group assigns its partition elsewhere; else no process would page
+    for limit deaths until the next rebalance."""
+    desk = _desk(tmp_path, {})
+    tp = TopicPartition(desk.topic, 0)
+
+    async def fenced_then(why: Fenced, assigned: set[TopicPartition]) -> list[bool]:
+        held = _Held(committed=3, fenced=why)
+        held.assigned = assigned
+        await desk.take(held, held)  # type: ignore[arg-type]
+        await desk.batch(_records(desk, _values(2, 10), 3), held, held.store, held.send)  # type: ignore[arg-type]
+        assert not desk.held and desk.fenced_at is not None
+        held.fenced = None
+        early = await desk.reclaim(held, held, after_s=60.0)  # type: ignore[arg-type]
+        late = await desk.reclaim(held, held, after_s=0.0)  # type: ignore[arg-type]
+        assert desk.fenced_at is None and desk.held == (early or late)
+        if desk.held:
+            assert desk.position == 3 and held.log[-1] == ("open", ALERTER)
+        return [early, late]
+
+    assert asyncio.run(fenced_then(Fenced("slot alerter: fenced"), {tp})) == [False, True]
+    assert asyncio.run(fenced_then(Lost("slot alerter: did not end in 20s"), {tp})) == [
+        True,
+        False,
+    ]
+    assert asyncio.run(fenced_then(Lost("slot alerter: lost"), set())) == [False, False]
