@@ -22,7 +22,7 @@ import pytest
 import yaml
 from packaging.specifiers import SpecifierSet
 
-from prism.pipeline.settings import Settings, Topics, load_settings
+from prism.pipeline.settings import TOOL_VARIABLES, Settings, Topics, load_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
@@ -206,7 +206,7 @@ def test_prism_variables_are_settings_fields() -> None:
     texts |= {str(p): p.read_text(encoding="utf-8") for p in PROVISIONING.rglob("*.y*ml")}
     for source, text in texts.items():
         for name in set(re.findall(rf"\b{PREFIX}[A-Z0-9_]+", text)):
-            assert name in FIELDS, (
+            assert name in FIELDS or name in TOOL_VARIABLES, (
                 f"{source} uses {name}, which is no setting in pipeline/settings.py"
             )
 
@@ -578,3 +578,24 @@ def test_readme_and_the_file_header_start_the_simulator_alike() -> None:
     readme = re.findall(pattern, (ROOT / "README.md").read_text(encoding="utf-8"))
     assert header and readme
     assert {h.strip() for h in header} == {r.strip() for r in readme}
+
+
+def test_image_compiles_the_core_with_the_projects_mypy_and_runs_only_that_build() -> None:
+    """The image runs the mypyc build (``PRISM_CORE=compiled``), made in the build stage
+    with the mypy and setuptools the dev extra pins (``make compile``'s);
+    tests/integration/test_compiled_install.py replays the step outside Docker."""
+    from prism.schemas._compiled import MODES
+
+    text = DOCKERFILE.read_text(encoding="utf-8")
+    dev = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"][
+        "optional-dependencies"
+    ]["dev"]
+    pins = {re.split(r"[<>=!~ ]", d, maxsplit=1)[0]: d for d in dev}
+    installs = re.findall(r"/opt/mypyc/bin/pip install ([^\n\\]+)", text)
+    assert installs, "the build stage installs no compiler"
+    assert sorted(shlex.split(installs[0])) == sorted([pins["mypy"], pins["setuptools"]])
+    build, final = text.split(" AS build\n", 1)[1].split("\nFROM ", 1)
+    assert "/opt/mypyc/bin/python -m prism.devstack.compile" in build
+    env = dict(re.findall(r"\b(PRISM_CORE)=(\S+)", final))
+    assert env == {"PRISM_CORE": "compiled"} and env["PRISM_CORE"] in MODES
+    assert "/opt/mypyc" not in final  # the compiler stays in the build stage
