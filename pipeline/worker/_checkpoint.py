@@ -278,8 +278,9 @@ class Transactions:
         except TimeoutError as exc:
             # A broker away (or a coordinator moving) holds the commit; the batch lock
             # is held meanwhile, and with it this process's take-over of its next
-            # assignment. Its outcome unknown, the slot is handled as fenced, as below:
-            # the group, not this wait, decides who holds it next.
+            # assignment. Its outcome unknown and no newer owner in sight, the slot is
+            # lost: dropped, and taken back from what was committed while the group
+            # still assigns it here (``Slots.reclaim``), not after the wait a fence gets.
             self._let_go(slot)
             raise Lost(f"slot {slot}: the transaction did not end in {self.give_up_s:g}s") from exc
         except _Unusable as exc:  # the sender died on a fatal error: as fenced, below
