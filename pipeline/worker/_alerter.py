@@ -34,7 +34,7 @@ from ..core import (
 )
 from ..settings import Settings
 from ._budget_desk import WorkerBudgetDesk
-from ._checkpoint import ALERTER, Checkpoint, Fenced, Lost, SlotCommit, Transactions
+from ._checkpoint import ALERTER, Checkpoint, Dropped, Fenced, SlotCommit, Transactions
 from ._consumer import GroupConsumer
 from ._produce import ProducedRecord
 from ._state import StateReader
@@ -61,8 +61,7 @@ class AlertDesk:
         self.config = config
         self.alerter: ExhaustionAlerter | None = None
         self.position: int | None = None  # the next offset of limit-deaths to step
-        # when a commit of the alerter was fenced here, and whether it was only lost
-        self.fenced_at: tuple[float, bool] | None = None
+        self.fenced_at: Dropped | None = None  # when a commit of the alerter was fenced here
         self.budgets = WorkerBudgetDesk(settings, config) if settings.budgets_file else None
 
     async def take(self, consumer: GroupConsumer, transactions: Transactions) -> None:
@@ -119,7 +118,7 @@ class AlertDesk:
         """Let the alerter go: another process holds it, or takes it back (``reclaim``)."""
         self.held = False
         self.forget()
-        self.fenced_at = (time.monotonic(), isinstance(why, Lost))
+        self.fenced_at = Dropped.of(why)
 
     async def reclaim(
         self, consumer: GroupConsumer, transactions: Transactions, after_s: float
@@ -127,10 +126,7 @@ class AlertDesk:
         """Take the alerter back, as ``Slots.reclaim`` takes slots back: fenced more than
         ``after_s`` ago, or only lost, while the group still assigns its partition here.
         Otherwise no process would page for limit deaths until the next rebalance."""
-        if self.fenced_at is None:
-            return False
-        at, lost = self.fenced_at
-        if not lost and time.monotonic() - at < after_s:
+        if self.fenced_at is None or not self.fenced_at.due(after_s, time.monotonic()):
             return False
         self.fenced_at = None
         if self.tp not in consumer.assignment():

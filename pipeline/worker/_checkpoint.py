@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,6 +57,7 @@ from ._produce import ProducedRecord, send_records
 __all__ = [
     "ALERTER",
     "Checkpoint",
+    "Dropped",
     "Fenced",
     "Lost",
     "SlotCommit",
@@ -78,6 +80,29 @@ class Lost(Fenced):
     producer whose coordinator lookup went to a broker that died). Handled as fenced,
     but the slot is taken back as soon as the group still assigns it here: reopening
     its producer ends the transaction either way, and the restore reads which."""
+
+
+@dataclass(frozen=True, slots=True)
+class Dropped:
+    """When a slot's (or the alerter's) commit was fenced here, and whether it was only
+    ``Lost``: ``due`` says when it may be taken back (``Slots.reclaim``,
+    ``AlertDesk.reclaim``), if the group still assigns it here."""
+
+    at: float  # time.monotonic()
+    lost: bool
+
+    @classmethod
+    def of(cls, why: Fenced) -> Dropped:
+        return cls(time.monotonic(), isinstance(why, Lost))
+
+    def due(self, after_s: float, now: float) -> bool:
+        """A fenced one ``after_s`` later: a newer owner takes it only through a
+        rebalance, which reaches this process within a session timeout, so one still
+        assigned here after that was fenced by something else (its transaction outlived
+        the broker's transaction timeout), and nobody else will read it. A lost one at
+        once: it showed no sign of a newer owner, and is as much this process's as the
+        slots it goes on committing for."""
+        return self.lost or now - self.at >= after_s
 
 
 class _Unusable(Exception):

@@ -37,7 +37,7 @@ from ..core import (
     lane_record,
 )
 from ..settings import Topics
-from ._checkpoint import Checkpoint, Lost, SlotCommit, Transactions
+from ._checkpoint import Checkpoint, Dropped, SlotCommit, Transactions
 from ._consumer import GroupConsumer, check_copartitioned
 from ._lanes import CHANNEL_LANE, source_of
 from ._produce import ProducedRecord
@@ -103,8 +103,7 @@ class Slots:
         self.kept = 0  # slots kept through a rebalance without reading their state
         self.forwarded_from: Counter[int] = Counter()  # source partition -> records forwarded
         self._patterns: set[str] = set()  # producer patterns warned about
-        # slot -> when its commit was fenced, and whether it was only lost (``Lost``)
-        self.fenced_at: dict[int, tuple[float, bool]] = {}
+        self.fenced_at: dict[int, Dropped] = {}  # slot -> when its commit was fenced
         # home lane -> (earliest event time, offset of the last copy) of the agent-event
         # copies this process forwarded (or inherited with a restored slot) and has not
         # seen applied: they hold the watermark until then (``_slotstate``, ``_watch``)
@@ -363,22 +362,17 @@ class Slots:
             sent = self._sending.pop(p, None)
             if sent and str(p) not in fenced:  # a fenced commit's copies were never sent
                 self.in_flight = self._merged(sent, self.checkpoint.produced)
-        dropped = {int(s): isinstance(why, Lost) for s, why in fenced.items()}
-        for p, lost in dropped.items():
-            await self.drop(p)
-            self.fenced_at[p] = (time.monotonic(), lost)
-        return set(dropped)
+        for s, why in fenced.items():
+            await self.drop(int(s))
+            self.fenced_at[int(s)] = Dropped.of(why)
+        return {int(s) for s in fenced}
 
     async def reclaim(self, assigned: set[TopicPartition], after_s: float) -> list[int]:
-        """Take back slots fenced more than ``after_s`` ago, and slots only lost
-        (``Lost``) at once, that the group still assigns to this process. A newer owner
-        takes a slot only through a rebalance, which reaches this process within a
-        session timeout; a slot still assigned after that was fenced by something else
-        (its transaction outlived the broker's transaction timeout), and nobody else will
-        read it. A lost slot showed no sign of a newer owner: it is as much this
-        process's as the slots it goes on committing for. The slots reclaimed."""
+        """Take back the slots whose fence is due (``Dropped.due``: fenced more than
+        ``after_s`` ago, or only lost) that the group still assigns to this process. The
+        slots reclaimed."""
         now = time.monotonic()
-        due = [p for p, (at, lost) in sorted(self.fenced_at.items()) if lost or now - at >= after_s]
+        due = [p for p, mark in sorted(self.fenced_at.items()) if mark.due(after_s, now)]
         mine = [p for p in due if set(self.tps(p)) <= assigned]
         for p in due:
             del self.fenced_at[p]

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import sysconfig
 import zipfile
@@ -21,9 +20,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures.wheel import project_wheel, run_ok
+
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
-ROOT = Path(__file__).resolve().parents[2]
 
 STEP = """
 import hashlib, json, sys
@@ -53,18 +53,10 @@ print(json.dumps({
 """
 
 
-def _run(cmd: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
-    out = subprocess.run(cmd, capture_output=True, text=True, check=False, **kw)  # type: ignore[call-overload]
-    assert out.returncode == 0, f"{cmd[:4]} failed:\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}"
-    return out
-
-
 def test_the_installed_package_compiled_as_the_image_does_steps_as_the_source(
     tmp_path: Path,
 ) -> None:
-    dist = tmp_path / "dist"
-    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(ROOT)])
-    [wheel] = dist.glob("prism_pipeline-*.whl")
+    wheel = project_wheel(tmp_path / "dist")
     site = tmp_path / "site"
     with zipfile.ZipFile(wheel) as z:
         z.extractall(site)
@@ -73,13 +65,15 @@ def test_the_installed_package_compiled_as_the_image_does_steps_as_the_source(
     # The order rows come out in within a step follows set iteration, so the hash seed:
     # one seed for both builds, whose outputs then compare byte for byte.
     env["PYTHONHASHSEED"] = "0"
-    _run([sys.executable, "-m", "prism.devstack.compile"], cwd=str(tmp_path), env=env)
+    run_ok([sys.executable, "-m", "prism.devstack.compile"], cwd=str(tmp_path), env=env)
     build = site / "prism" / "build" / "mypyc"
     assert (build / "manifest.json").is_file(), "the compile did not build into the install"
 
     runs = {}
     for mode in ("compiled", "pure"):
-        out = _run([sys.executable, "-c", STEP], cwd=str(tmp_path), env={**env, "PRISM_CORE": mode})
+        out = run_ok(
+            [sys.executable, "-c", STEP], cwd=str(tmp_path), env={**env, "PRISM_CORE": mode}
+        )
         runs[mode] = json.loads(out.stdout.strip().splitlines()[-1])
     compiled, pure = runs["compiled"], runs["pure"]
     assert compiled["events"] > 1000

@@ -11,17 +11,16 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
-import sys
 import venv
 from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaConsumer
 
+from tests.fixtures.wheel import project_wheel, run_ok
+
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
-ROOT = Path(__file__).resolve().parents[2]
 PIPELINE_ONLY = ("chdb", "clickhouse_connect", "grafana_foundation_sdk", "pydantic_settings")
 
 PUBLISH = """
@@ -40,27 +39,19 @@ print(json.dumps({m: importlib.util.find_spec(m) is not None for m in sys.argv[3
 """
 
 
-def _run(cmd: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
-    out = subprocess.run(cmd, capture_output=True, text=True, check=False, **kw)  # type: ignore[call-overload]
-    assert out.returncode == 0, f"{cmd[:3]} failed:\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}"
-    return out
-
-
 def test_the_publisher_only_wheel_publishes_without_the_pipeline(
     tmp_path: Path, kafka_bootstrap: str, topic_prefix: str
 ) -> None:
-    dist = tmp_path / "dist"
-    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(ROOT)])
-    [wheel] = dist.glob("prism_pipeline-*.whl")
+    wheel = project_wheel(tmp_path / "dist")
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=True)
     python = str(env_dir / "bin" / "python")
-    _run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check", str(wheel)])
+    run_ok([python, "-m", "pip", "install", "-q", "--disable-pip-version-check", str(wheel)])
     topic = f"{topic_prefix}.agent-events"
     # the wheel is an install of its own, with no compiled build: PRISM_CORE=compiled (make
     # test's) is this checkout's demand, so the publisher runs with the default
     env = {k: v for k, v in os.environ.items() if k != "PRISM_CORE"}
-    out = _run(
+    out = run_ok(
         [python, "-c", PUBLISH, kafka_bootstrap, topic, *PIPELINE_ONLY], cwd=str(tmp_path), env=env
     )
     installed = json.loads(out.stdout.strip().splitlines()[-1])
