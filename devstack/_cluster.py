@@ -29,7 +29,6 @@ import base64
 import json
 import os
 import shutil
-import subprocess
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -211,15 +210,7 @@ class LocalKafkaCluster:
         lib = node.ensure_jars()
         node.state_dir.mkdir(parents=True, exist_ok=True)
         props = node._write_config(data, node.controller_port or 0)
-        fmt = subprocess.run(
-            [
-                java, *node.jvm_options, f"-Xmx{self.heap}", "-cp", f"{lib}/*",
-                f"-Dlog4j2.configurationFile={node.state_dir / 'log4j2.properties'}",
-                "kafka.tools.StorageTool", "format",
-                f"--cluster-id={self.cluster_id}", f"--config={props}",
-            ],
-            capture_output=True, text=True, check=False,
-        )  # fmt: skip
+        fmt = node.format_storage(java, lib, props, self.cluster_id)
         if fmt.returncode != 0:
             raise DevstackError(
                 f"formatting the storage of node {node.node_id} failed:\n{fmt.stderr[-2000:]}"

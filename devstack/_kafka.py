@@ -200,6 +200,38 @@ class LocalKafka:
             return f"running on 127.0.0.1:{port} (pid {pid})"
         return f"starting (pid {pid})"
 
+    def java_command(self, java: str, lib: Path) -> list[str]:
+        """``java`` with this broker's JVM options, heap, jars and logging: how the format's
+        and the broker's command lines begin."""
+        return [
+            java,
+            *self.jvm_options,
+            f"-Xmx{self.heap}",
+            f"-Xms{self.heap}",
+            "-cp",
+            f"{lib}/*",
+            f"-Dlog4j2.configurationFile={self.state_dir / 'log4j2.properties'}",
+            f"-Dkafka.logs.dir={self.state_dir}",
+        ]
+
+    def format_storage(
+        self, java: str, lib: Path, props: Path, cluster_id: str, *flags: str
+    ) -> subprocess.CompletedProcess[str]:
+        """Format this broker's KRaft storage (``StorageTool format``) for ``cluster_id``."""
+        return subprocess.run(
+            [
+                *self.java_command(java, lib),
+                "kafka.tools.StorageTool",
+                "format",
+                *flags,
+                f"--cluster-id={cluster_id}",
+                f"--config={props}",
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+
     def up(self, timeout: float = 90.0) -> None:
         """Format storage (first time), start the broker and wait until it serves metadata.
 
@@ -226,37 +258,14 @@ class LocalKafka:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         data = self.state_dir / "data"
         props = self._write_config(data, cport)
-        classpath = f"{lib}/*"
-        base = [
-            java,
-            *self.jvm_options,
-            f"-Xmx{self.heap}",
-            f"-Xms{self.heap}",
-            "-cp",
-            classpath,
-            f"-Dlog4j2.configurationFile={self.state_dir / 'log4j2.properties'}",
-            f"-Dkafka.logs.dir={self.state_dir}",
-        ]
         if not (data / "meta.properties").exists():
             cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-            fmt = subprocess.run(
-                [
-                    *base,
-                    "kafka.tools.StorageTool",
-                    "format",
-                    "--standalone",
-                    f"--cluster-id={cluster_id}",
-                    f"--config={props}",
-                ],
-                capture_output=True,
-                text=True,
-                check=False,
-            )
+            fmt = self.format_storage(java, lib, props, cluster_id, "--standalone")
             if fmt.returncode != 0:
                 raise DevstackError(f"formatting KRaft storage failed:\n{fmt.stderr[-2000:]}")
         with open(self.log_file, "ab") as log:
             proc = subprocess.Popen(
-                [*base, "-XX:+UseG1GC", "kafka.Kafka", str(props)],
+                [*self.java_command(java, lib), "-XX:+UseG1GC", "kafka.Kafka", str(props)],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
