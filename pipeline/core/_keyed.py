@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 import orjson
+from cramjam import lz4
 
 from ._stateformat import STATE_FORMAT, StateKey, check_format
 from ._types import CoreConfig, EventClock, Output, forwarded_lane
@@ -34,6 +35,24 @@ from ._types import CoreConfig, EventClock, Output, forwarded_lane
 __all__ = ["GENERATION_SHIFT", "KeyedProcessor"]
 
 GENERATION_SHIFT = 26  # bits of an item's own version; the generation takes the 38 above
+_PACKED = b"\x00"  # marks an item put to rest compressed; a stored record begins with "{"
+
+
+def _pack(raw: bytes) -> bytes:
+    """An item's stored bytes as it rests (``_finish``): LZ4-compressed, about a third.
+
+    Runs closed within the grace period rest until their shrink: at 10,000 events/s
+    for 30 s that was ~540 B per event held (bench/README.md). LZ4 keeps ~190 of them
+    for about 1 us per event in all, with the decompression at the shrink; zstd would
+    keep ~125 for 3.5 us."""
+    return _PACKED + bytes(lz4.compress_block(raw))
+
+
+def _unpack(held: bytes) -> bytes:
+    """The stored bytes of an item at rest: packed by ``_pack``, or as restored."""
+    if held[:1] != _PACKED:
+        return held
+    return bytes(lz4.decompress_block(memoryview(held)[1:]))
 
 
 class _State(Protocol):
@@ -71,7 +90,7 @@ class KeyedProcessor(Generic[S]):
         self.items: dict[str, S] = {}
         # items in their stored bytes: restored and not decoded yet (``_load_item``), or
         # written and put to rest (``_rests``); ``_get`` decodes one when next asked for;
-        # every key is in ``items`` or here, never both
+        # every key is in ``items`` or here, never both; one put to rest is packed (``_pack``)
         self._cold: dict[str, bytes] = {}
         self.offsets: dict[str, int] = {}  # source -> next offset to process (set by the shell)
         # the clock key the events processed move: the partition, or its forwarded copies'
@@ -229,7 +248,7 @@ class KeyedProcessor(Generic[S]):
         if item is None:
             raw = self._cold.pop(key, None)
             if raw is not None:
-                item = self.items[key] = self._decode(raw)
+                item = self.items[key] = self._decode(_unpack(raw))
         return item
 
     @property
@@ -268,7 +287,7 @@ class KeyedProcessor(Generic[S]):
             raw = writes[self.item_key(key)] = item.to_bytes()
             if self._rests(item):  # its bytes are made anyway, and hold it in far less
                 del self.items[key]
-                self._cold[key] = raw
+                self._cold[key] = _pack(raw)
         for key in self._dropped:
             writes[self.item_key(key)] = None
         meta = {

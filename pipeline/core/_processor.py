@@ -92,9 +92,10 @@ class Processor(KeyedProcessor[RunState]):
 
     def _rests(self, item: RunState) -> bool:
         """A closed or incomplete run waits in its state record's bytes: no tick reads it,
-        and an event, its shrink or its retirement decodes it (``_get``). A closed run is
-        held whole for the grace period: at 10,000 events/s its dicts were most of the
-        worker's memory above the bare loop's (bench/README.md), its bytes a fraction."""
+        and an event, its shrink or its retirement decodes it (``_get``). Held whole for
+        the grace period, closed runs' dicts were most of the worker's memory above the
+        bare loop's at 10,000 events/s (bench/README.md); at rest they keep their bytes,
+        packed (``_keyed._pack``)."""
         self._rest_meta.pop(item.run_id, None)  # of an earlier rest: its facts changed since
         if _live(item.terminal is not None, item.closed, item.incomplete):
             return False

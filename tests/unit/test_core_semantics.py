@@ -336,6 +336,27 @@ def test_closed_runs_shrink_to_tombstones_and_expire_after_retention():
     assert "r1" not in proc.thawed() and out.state_writes[proc.run_key("r1")] is None
 
 
+def test_a_run_at_rest_is_held_packed_and_decodes_to_what_was_written():
+    """A closed run rests compressed (``_pack``): in a fraction of its state record, which
+    the step still writes whole, and decoded again to the same state when asked for; a
+    run restored from its record rests in that record as it came."""
+    b = RunBuilder().started()
+    for turn in range(1, 9):
+        b.turn(turn)
+    b.finished()
+    proc = Processor(CFG)
+    out = proc.process(deliveries(b.events), NOW)
+    written = out.state_writes[proc.run_key("r1")]
+    assert written is not None and written.startswith(b"{")
+    held = proc._cold["r1"]
+    assert held[:1] == b"\x00" and len(held) < len(written) / 2
+    assert proc.thawed()["r1"].to_bytes() == written
+    again = Processor(CFG)
+    again.load((k, v) for k, v in out.state_writes.items() if v is not None)
+    assert again._cold["r1"] == written
+    assert again.thawed()["r1"].to_bytes() == written
+
+
 def test_a_run_closed_with_a_gap_rests_and_still_waits_for_it():
     """A run the watermark closes with a seq missing rests in its bytes without a verdict
     for its shrink: when the shrink is due, its facts are judged again and it keeps them."""
