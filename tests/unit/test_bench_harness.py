@@ -261,11 +261,15 @@ def test_the_core_only_stage_bench_reports_the_best_run_split_into_parse_and_res
         "core_events",
         "core_repeat",
         "core_compiled",
+        "core_closed",
         "core_step",
         "core_parse",
         "core_rest",
     ]
     assert rows["core_events"]["value"] > 1_000 and rows["core_repeat"]["value"] == 2
+    # the partitions stepped in turn move the watermark, so runs close (and rest and
+    # shrink) as in the worker: stepped one partition whole after another, none closed
+    assert rows["core_closed"]["value"] > 0 and rows["core_closed"]["unit"] == "runs"
     from prism.pipeline import core
 
     assert rows["core_compiled"]["value"] == int(core.COMPILED)  # which build was timed
