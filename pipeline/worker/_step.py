@@ -56,7 +56,7 @@ class StepThread:
         """Step ``batches`` (lane -> records; ``forwarded``: repartition-topic copies) and
         store their rows; each lane's output is added to ``parts`` for its slot's
         transaction, even when a later lane fails."""
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.thread_time()
         mine: dict[int, Output] = {}
         try:
             return store_isolating(
@@ -66,11 +66,13 @@ class StepThread:
             for lane, part in mine.items():
                 parts.setdefault(lane, Output()).extend(part)
             self.telemetry.stage("step_thread", time.perf_counter() - started)
+            self.telemetry.stage("step_thread_cpu", time.thread_time() - cpu)
 
     def _store_bounded(self, out: Output) -> None:
         check_state_size(out, self.max_state_bytes)
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.thread_time()
         try:
             self.store(out)
         finally:
             self.telemetry.stage("store", time.perf_counter() - started)
+            self.telemetry.stage("store_cpu", time.thread_time() - cpu)

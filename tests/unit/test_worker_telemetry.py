@@ -150,3 +150,24 @@ def test_a_batchs_parts_are_stages_per_event_in_the_stats_file(otel, tmp_path) -
         "fetch": 2.0,
         "tick_end_offsets": 4.0,
     }
+
+
+def test_the_step_thread_reports_its_cpu_time_beside_its_wall_time(tmp_path):
+    """``step_thread_cpu`` and ``store_cpu`` are the step thread's own CPU time: beside the
+    wall times they say how much of a step was waiting (on ClickHouse, on the interpreter
+    lock, on a core the broker held) rather than working. A store that sleeps is all wait."""
+    from prism.pipeline.core import InRecord, Intake
+    from prism.pipeline.worker._step import StepThread
+
+    tel = WorkerTelemetry(None, meter_provider=MeterProvider())
+    step = StepThread(Intake(), lambda _out: time.sleep(0.2), tel, 1 << 20, time.time)
+    value = (
+        b'{"schema": "prism.agent-event/v1", "eventId": "e1", "runId": "r1", "seq": 0,'
+        b' "type": "agent_started", "ts": "2026-12-01T00:00:00Z", "data": {}}'
+    )
+    step.step({0: [InRecord(value, "t", 0, 0)]}, {}, forwarded=False)
+    sec = tel.stage_seconds
+    assert set(sec) == {"step_thread", "step_thread_cpu", "store", "store_cpu"}
+    assert sec["store"] >= 0.2 and sec["step_thread"] >= sec["store"]
+    assert sec["store_cpu"] < sec["store"] - 0.1  # asleep: the wall time went on, the CPU's not
+    assert 0 < sec["step_thread_cpu"] <= sec["step_thread"]
