@@ -63,6 +63,15 @@ S = TypeVar("S", bound=_State)
 
 
 @dataclass(slots=True)
+class _Rested:
+    """What ``rollback`` restores of an item replaced while at rest (``_replace_resting``):
+    the bytes it rested in and what the subclass indexes it by (``_reindex_resting``)."""
+
+    held: bytes
+    index: Any
+
+
+@dataclass(slots=True)
 class _Tx:
     """What changed since ``begin``: each key's state as it was before its first change.
     Not generic: mypyc compiles no generic dataclass (``make compile``)."""
@@ -99,6 +108,8 @@ class KeyedProcessor(Generic[S]):
         self._scan_due: list[str] = []  # keys to judge at the next scan, though time stood
         self._dirty: set[str] = set()
         self._dropped: set[str] = set()
+        # items replaced while at rest (``_replace_resting``) -> the state record to write
+        self._rewrites: dict[str, bytes] = {}
         self._tx: list[_Tx] = []
         self.generation = 0  # the lane's owner generation (``row_version``); files: 0
 
@@ -147,6 +158,11 @@ class KeyedProcessor(Generic[S]):
 
     def _unindex(self, key: str) -> None:
         """Take a key out of the subclass's indexes (before a rollback restores it)."""
+
+    def _reindex_resting(self, key: str, index: Any) -> None:
+        """Index again an item ``rollback`` puts back at rest (``_replace_resting``'s
+        ``index``)."""
+        raise NotImplementedError
 
     # -- state keys -----------------------------------------------------------------------
     @property
@@ -227,9 +243,14 @@ class KeyedProcessor(Generic[S]):
             self._unindex(key)
             self._dirty.discard(key)
             self._dropped.discard(key)
+            self._rewrites.pop(key, None)
             self._cold.pop(key, None)  # what ``_finish`` left in its bytes is void too
             if before is None:
                 self.items.pop(key, None)
+            elif isinstance(before, _Rested):
+                self.items.pop(key, None)
+                self._cold[key] = before.held
+                self._reindex_resting(key, before.index)
             else:
                 self._index(before)
         self.clock.set_mark(self.partition, tx.watermark_us)
@@ -270,6 +291,19 @@ class KeyedProcessor(Generic[S]):
                 item = self._get(key)
                 saved[key] = None if item is None else self._copy(item)
 
+    def _replace_resting(self, key: str, raw: bytes, index: Any) -> None:
+        """Replace an item at rest by the state record ``raw`` without decoding either:
+        ``raw`` is written at ``_finish`` and rests packed (``_pack``: held unpacked from
+        the shrink on, ~900-byte tombstones left the stage bench's peak RSS 57 MiB higher
+        over 200k events). ``index``: what ``_reindex_resting`` needs should a rollback
+        put the item back as it rested."""
+        if self._tx:
+            saved = self._tx[-1].items
+            if key not in saved:
+                saved[key] = _Rested(self._cold[key], index)
+        self._cold[key] = _pack(raw)
+        self._rewrites[key] = raw
+
     def _drop(self, key: str) -> None:
         """Forget a key for good (retention): its state key is deleted at ``_finish``."""
         self._save(key)
@@ -282,6 +316,8 @@ class KeyedProcessor(Generic[S]):
     def _finish(self, out: Output) -> Output:
         """Record the state writes of what changed (and the meta record) in ``out``."""
         writes = out.state_writes
+        for key, raw in self._rewrites.items():  # an item changed since overrides it below
+            writes[self.item_key(key)] = raw
         for key in self._dirty:
             item = self.items[key]
             raw = writes[self.item_key(key)] = item.to_bytes()
@@ -303,6 +339,7 @@ class KeyedProcessor(Generic[S]):
         writes[self.meta_key] = orjson.dumps(meta)
         self._dirty.clear()
         self._dropped.clear()
+        self._rewrites.clear()
         return out
 
 

@@ -74,6 +74,9 @@ class Processor(KeyedProcessor[RunState]):
         # closed runs at rest (``_rests``) whose shrink needs only their owner values: what
         # their last verdict said, so the shrink does not judge the decoded facts again
         self._rest_meta: dict[str, dict[str, Any]] = {}
+        # of those, the ones an owner is known for: the state record their shrink writes,
+        # made while they were decoded, so the shrink decodes nothing (``_maybe_shrink``)
+        self._rest_shrunk: dict[str, bytes] = {}
 
     @property
     def _grace_us(self) -> int:
@@ -97,20 +100,25 @@ class Processor(KeyedProcessor[RunState]):
         bare loop's at 10,000 events/s (bench/README.md); at rest they keep their bytes,
         packed (``_keyed._pack``)."""
         self._rest_meta.pop(item.run_id, None)  # of an earlier rest: its facts changed since
+        self._rest_shrunk.pop(item.run_id, None)
         if _live(item.terminal is not None, item.closed, item.incomplete):
             return False
         judged = item.classified
         if (
             item.closed
+            and item.tombstone is None
             and judged is not None
             and judged[0] == len(item.facts)
             and judged[1].missing_count == 0  # a close at the grace may leave a gap
         ):
-            self._rest_meta[item.run_id] = judged[1].meta
+            meta = self._rest_meta[item.run_id] = judged[1].meta
+            if meta.get("tenant_id") is not None:  # the shrink will take it (``_maybe_shrink``)
+                self._rest_shrunk[item.run_id] = item.shrunk(meta).to_bytes()
         return True
 
     def _unindex(self, key: str) -> None:
         self._rest_meta.pop(key, None)  # a rollback or a drop: its verdict may be void
+        self._rest_shrunk.pop(key, None)
         self._pending_close.discard(key)
         self._open.discard(key)
 
@@ -484,6 +492,11 @@ class Processor(KeyedProcessor[RunState]):
         owner of all its rows (rule 11, ``classify``), which a tombstone cannot re-state.
         """
         rested = self._rest_meta.pop(run_id, None)  # its verdict, if it rested since
+        shrunk = self._rest_shrunk.pop(run_id, None)
+        if shrunk is not None and run_id in self._cold:  # still as it was put to rest
+            assert rested is not None
+            self._replace_resting(run_id, shrunk, (rested, shrunk))
+            return
         run = self._get(run_id)
         if run is None or not run.closed or run.tombstone is not None:
             return
@@ -499,6 +512,14 @@ class Processor(KeyedProcessor[RunState]):
         self._save(run_id)
         run.shrink(meta)
         self._dirty.add(run_id)
+
+    def _reindex_resting(self, key: str, index: Any) -> None:
+        """A rollback put a run back at rest, unshrunk: its verdicts and its shrink again."""
+        meta, shrunk = index
+        self._rest_meta[key] = meta
+        self._rest_shrunk[key] = shrunk
+        head = RunState.head(shrunk)  # the shrink changed nothing the heads index by
+        self._index_parts(key, True, True, False, head["cw"], False, head["lu"])
 
     @staticmethod
     def _retired(run: RunState, expire_us: int) -> bool:

@@ -216,14 +216,22 @@ class RunState:
 
     def shrink(self, meta: dict[str, Any]) -> None:
         """Forget facts; keep what recognises duplicates and post-terminal events."""
-        assert self.terminal is not None
-        self.tombstone = Tombstone(
-            self.terminal["seq"], {id_hash(e) for e in self.facts}, dict(meta)
-        )
+        self.tombstone = self._tombstone(meta)
         self.facts = {}
         self.emitted = {}
         self.turns = {}
         self.classified = None
+
+    def shrunk(self, meta: dict[str, Any]) -> RunState:
+        """A new state: this run as ``shrink(meta)`` would leave it; this one is unchanged."""
+        return replace(
+            self, facts={}, emitted={}, turns={}, alerts=dict(self.alerts),
+            tombstone=self._tombstone(meta),
+        )  # fmt: skip
+
+    def _tombstone(self, meta: dict[str, Any]) -> Tombstone:
+        assert self.terminal is not None
+        return Tombstone(self.terminal["seq"], {id_hash(e) for e in self.facts}, dict(meta))
 
     def copy(self) -> RunState:
         """An independent copy, cheap: facts are never changed once made, only replaced."""

@@ -357,6 +357,38 @@ def test_a_run_at_rest_is_held_packed_and_decodes_to_what_was_written():
     assert again.thawed()["r1"].to_bytes() == written
 
 
+def test_a_closed_run_shrinks_at_rest_undecoded_and_a_rollback_puts_it_back_whole():
+    """A closed run at rest whose owner is known shrinks to the record made when it was
+    put to rest (``_replace_resting``): the same record a decoded run's shrink writes,
+    without reading what the run rests in. A rollback of that step puts the run back at
+    rest as it was, and the step taken again shrinks it alike."""
+    cfg = CoreConfig(grace_period_s=30, stale_after_s=3600, tombstone_retention_s=600)
+    b = RunBuilder().started().turn(1).turn(2).finished()
+    tick = RunBuilder("tick", start=T0 + timedelta(seconds=40)).started()  # past the grace
+    decoded = Processor(cfg)
+    decoded.process(deliveries(b.events), NOW)
+    decoded.thawed()  # every run decoded: its shrink takes the decoded path
+    expected = decoded.process(deliveries(tick.events), NOW).state_writes[decoded.run_key("r1")]
+    assert expected is not None and orjson.loads(expected)["tb"] is not None
+
+    proc = Processor(cfg)
+    proc.process(deliveries(b.events), NOW)
+    held = proc._cold["r1"]
+    assert held[:1] == b"\x00" and "r1" not in proc.items  # closed, at rest, packed
+    proc._cold["r1"] = unreadable = b"\x00no record"  # a shrink that decoded would fail
+    proc.begin()
+    out = proc.process(deliveries(tick.events), NOW)
+    assert out.state_writes[proc.run_key("r1")] == expected and "r1" not in proc.items
+    proc.rollback()
+    assert proc._cold["r1"] == unreadable and "r1" not in proc.items  # at rest, as it was
+    proc._cold["r1"] = held
+    proc.begin()
+    out = proc.process(deliveries(tick.events), NOW)
+    proc.commit()
+    assert out.state_writes[proc.run_key("r1")] == expected
+    assert proc.thawed()["r1"].to_bytes() == expected  # what rests now is the tombstone
+
+
 def test_a_run_closed_with_a_gap_rests_and_still_waits_for_it():
     """A run the watermark closes with a seq missing rests in its bytes without a verdict
     for its shrink: when the shrink is due, its facts are judged again and it keeps them."""

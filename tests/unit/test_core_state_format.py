@@ -210,10 +210,21 @@ def test_runs_at_rest_in_their_bytes_step_on_exactly_as_decoded_ones(
     """A run that closes (or goes incomplete) rests in its state record's bytes until it
     is next asked for (``_rests``). A lane that keeps every run decoded writes the same
     rows, records and state, batch by batch, including a step rolled back and stepped
-    again (the rollback voids the bytes the step put to rest)."""
+    again (the rollback voids the bytes the step put to rest). A closed run shrinks at
+    rest to the record made when it was put to rest, without being decoded
+    (``_replace_resting``); the decoded lane shrinks its runs as they are."""
     recs = _records(seed)
     resting, decoded = Intake(_SHORT), Intake(_SHORT)
     decoded.processor(0)._rests = lambda item: False  # type: ignore[method-assign]
+    at_rest = resting.processor(0)
+    shrunk_at_rest: list[str] = []
+    replace = at_rest._replace_resting
+
+    def counted(key: str, raw: bytes, index: object) -> None:
+        shrunk_at_rest.append(key)
+        replace(key, raw, index)
+
+    at_rest._replace_resting = counted  # type: ignore[method-assign]
     rested = 0
     for n, start in enumerate(range(0, len(recs), batch)):
         part = recs[start : start + batch]
@@ -229,6 +240,7 @@ def test_runs_at_rest_in_their_bytes_step_on_exactly_as_decoded_ones(
         assert not set(proc.items) & set(proc._cold)  # a key is decoded or at rest, not both
         rested = max(rested, len(proc._cold))
     assert rested > 0 and not decoded.processor(0)._cold
+    assert shrunk_at_rest  # the shrink at rest was taken, and wrote what decoding writes
     assert {k: v.to_bytes() for k, v in resting.processor(0).thawed().items()} == {
         k: v.to_bytes() for k, v in decoded.processor(0).thawed().items()
     }
