@@ -291,18 +291,17 @@ class KeyedProcessor(Generic[S]):
                 item = self._get(key)
                 saved[key] = None if item is None else self._copy(item)
 
-    def _replace_resting(self, key: str, raw: bytes, index: Any) -> None:
-        """Replace an item at rest by the state record ``raw`` without decoding either:
-        ``raw`` is written at ``_finish`` and rests packed (``_pack``: held unpacked from
-        the shrink on, ~900-byte tombstones left the stage bench's peak RSS 57 MiB higher
-        over 200k events). ``index``: what ``_reindex_resting`` needs should a rollback
-        put the item back as it rested."""
+    def _replace_resting(self, key: str, held: bytes, index: Any) -> None:
+        """Replace an item at rest by another state record, ``held`` as it rests (packed,
+        ``_pack``), without decoding either: the record is written at ``_finish``.
+        ``index``: what ``_reindex_resting`` needs should a rollback put the item back as
+        it rested."""
         if self._tx:
             saved = self._tx[-1].items
             if key not in saved:
                 saved[key] = _Rested(self._cold[key], index)
-        self._cold[key] = _pack(raw)
-        self._rewrites[key] = raw
+        self._cold[key] = held
+        self._rewrites[key] = _unpack(held)
 
     def _drop(self, key: str) -> None:
         """Forget a key for good (retention): its state key is deleted at ``_finish``."""

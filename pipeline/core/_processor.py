@@ -20,7 +20,7 @@ from prism.schemas import FastEvent, is_terminal_agent_event_type
 
 from ._alerts import RULE_STALE, alert_record, stale_alert
 from ._classify import DUPLICATE_SEQ, TENANT_MISMATCH, Classified, classify
-from ._keyed import KeyedProcessor
+from ._keyed import KeyedProcessor, _pack, _unpack
 from ._rows import (
     OWNER_FIELDS,
     data_of,
@@ -75,7 +75,9 @@ class Processor(KeyedProcessor[RunState]):
         # their last verdict said, so the shrink does not judge the decoded facts again
         self._rest_meta: dict[str, dict[str, Any]] = {}
         # of those, the ones an owner is known for: the state record their shrink writes,
-        # made while they were decoded, so the shrink decodes nothing (``_maybe_shrink``)
+        # made while they were decoded, so the shrink decodes nothing (``_maybe_shrink``);
+        # packed, as the run: held whole for the grace period at 10,000 events/s, these
+        # ~900-byte records raised the worker's peak by ~100 MiB (bench/README.md)
         self._rest_shrunk: dict[str, bytes] = {}
 
     @property
@@ -113,7 +115,7 @@ class Processor(KeyedProcessor[RunState]):
         ):
             meta = self._rest_meta[item.run_id] = judged[1].meta
             if meta.get("tenant_id") is not None:  # the shrink will take it (``_maybe_shrink``)
-                self._rest_shrunk[item.run_id] = item.shrunk(meta).to_bytes()
+                self._rest_shrunk[item.run_id] = _pack(item.shrunk(meta).to_bytes())
         return True
 
     def _unindex(self, key: str) -> None:
@@ -518,7 +520,7 @@ class Processor(KeyedProcessor[RunState]):
         meta, shrunk = index
         self._rest_meta[key] = meta
         self._rest_shrunk[key] = shrunk
-        head = RunState.head(shrunk)  # the shrink changed nothing the heads index by
+        head = RunState.head(_unpack(shrunk))  # the shrink changed nothing indexed here
         self._index_parts(key, True, True, False, head["cw"], False, head["lu"])
 
     @staticmethod
