@@ -114,7 +114,8 @@ class Processor(KeyedProcessor[RunState]):
             and judged[1].missing_count == 0  # a close at the grace may leave a gap
         ):
             meta = self._rest_meta[item.run_id] = judged[1].meta
-            if meta.get("tenant_id") is not None:  # the shrink will take it (``_maybe_shrink``)
+            if item.terminal is not None and meta.get("tenant_id") is not None:
+                # what its shrink will write (``_maybe_shrink``), made while it is decoded
                 self._rest_shrunk[item.run_id] = _pack(item.shrunk(meta).to_bytes())
         return True
 
@@ -521,7 +522,9 @@ class Processor(KeyedProcessor[RunState]):
         self._rest_meta[key] = meta
         self._rest_shrunk[key] = shrunk
         head = RunState.head(_unpack(shrunk))  # the shrink changed nothing indexed here
-        self._index_parts(key, True, True, False, head["cw"], False, head["lu"])
+        self._index_parts(
+            key, head["t"] is not None, head["c"], head["inc"], head["cw"], False, head["lu"]
+        )  # fmt: skip
 
     @staticmethod
     def _retired(run: RunState, expire_us: int) -> bool:
