@@ -284,11 +284,12 @@ def core_only(events: int, batch_size: int = BATCH, repeat: int = 3) -> list[dic
         started = time.process_time()
         for i in range(0, max(map(len, parts.values())), per):
             for p, recs in parts.items():  # the partitions in turn, so the watermark moves
-                if not recs[i : i + per]:
+                batch = recs[i : i + per]
+                if not batch:
                     continue
                 with policy.batch():
-                    parse([r.value for r in recs[i : i + per]])
-                    closed += intake.step(p, recs[i : i + per], time.time()).stats["closed"]
+                    parse([r.value for r in batch])
+                    closed += intake.step(p, batch, time.time()).stats["closed"]
                     intake.commit(p)
         step = time.process_time() - started
         if best is None or step < best[0]:

@@ -72,13 +72,12 @@ class Processor(KeyedProcessor[RunState]):
         self._shrink: list[tuple[int, str]] = []  # (watermark to shrink at, run id)
         self._received: tuple[datetime | None, int] = (None, 0)  # (arrival time, its us)
         # closed runs at rest (``_rests``) whose shrink needs only their owner values: what
-        # their last verdict said, so the shrink does not judge the decoded facts again
-        self._rest_meta: dict[str, dict[str, Any]] = {}
-        # of those, the ones an owner is known for: the state record their shrink writes,
-        # made while they were decoded, so the shrink decodes nothing (``_maybe_shrink``);
-        # packed, as the run: held whole for the grace period at 10,000 events/s, these
-        # ~900-byte records raised the worker's peak by ~100 MiB (bench/README.md)
-        self._rest_shrunk: dict[str, bytes] = {}
+        # their last verdict said, so the shrink does not judge the decoded facts again;
+        # and, when an owner is known, the state record their shrink writes, made while
+        # they were decoded, so the shrink decodes nothing (``_maybe_shrink``). Packed, as
+        # the run: held whole for the grace period at 10,000 events/s, these ~900-byte
+        # records raised the worker's peak by ~100 MiB (bench/README.md)
+        self._rest_meta: dict[str, tuple[dict[str, Any], bytes | None]] = {}
 
     @property
     def _grace_us(self) -> int:
@@ -101,8 +100,7 @@ class Processor(KeyedProcessor[RunState]):
         the grace period, closed runs' dicts were most of the worker's memory above the
         bare loop's at 10,000 events/s (bench/README.md); at rest they keep their bytes,
         packed (``_keyed._pack``)."""
-        self._rest_meta.pop(item.run_id, None)  # of an earlier rest: its facts changed since
-        self._rest_shrunk.pop(item.run_id, None)
+        self._rest_meta.pop(item.run_id, None)  # of an earlier rest: its facts changed
         if _live(item.terminal is not None, item.closed, item.incomplete):
             return False
         judged = item.classified
@@ -113,15 +111,15 @@ class Processor(KeyedProcessor[RunState]):
             and judged[0] == len(item.facts)
             and judged[1].missing_count == 0  # a close at the grace may leave a gap
         ):
-            meta = self._rest_meta[item.run_id] = judged[1].meta
+            meta = judged[1].meta
+            shrunk = None
             if item.terminal is not None and meta.get("tenant_id") is not None:
-                # what its shrink will write (``_maybe_shrink``), made while it is decoded
-                self._rest_shrunk[item.run_id] = _pack(item.shrunk(meta).to_bytes())
+                shrunk = _pack(item.shrunk(meta).to_bytes())  # what its shrink will write
+            self._rest_meta[item.run_id] = (meta, shrunk)
         return True
 
     def _unindex(self, key: str) -> None:
         self._rest_meta.pop(key, None)  # a rollback or a drop: its verdict may be void
-        self._rest_shrunk.pop(key, None)
         self._pending_close.discard(key)
         self._open.discard(key)
 
@@ -494,12 +492,11 @@ class Processor(KeyedProcessor[RunState]):
         the first event that names one, even past the terminal, makes that tenant the
         owner of all its rows (rule 11, ``classify``), which a tombstone cannot re-state.
         """
-        rested = self._rest_meta.pop(run_id, None)  # its verdict, if it rested since
-        shrunk = self._rest_shrunk.pop(run_id, None)
-        if shrunk is not None and run_id in self._cold:  # still as it was put to rest
-            assert rested is not None
-            self._replace_resting(run_id, shrunk, (rested, shrunk))
+        verdict = self._rest_meta.pop(run_id, None)  # if it rested since
+        if verdict is not None and verdict[1] is not None and run_id in self._cold:
+            self._replace_resting(run_id, verdict[1], verdict)  # still as put to rest
             return
+        rested = None if verdict is None else verdict[0]
         run = self._get(run_id)
         if run is None or not run.closed or run.tombstone is not None:
             return
@@ -518,10 +515,8 @@ class Processor(KeyedProcessor[RunState]):
 
     def _reindex_resting(self, key: str, index: Any) -> None:
         """A rollback put a run back at rest, unshrunk: its verdicts and its shrink again."""
-        meta, shrunk = index
-        self._rest_meta[key] = meta
-        self._rest_shrunk[key] = shrunk
-        head = RunState.head(_unpack(shrunk))  # the shrink changed nothing indexed here
+        self._rest_meta[key] = index
+        head = RunState.head(_unpack(index[1]))  # the shrink changed nothing indexed here
         self._index_parts(
             key, head["t"] is not None, head["c"], head["inc"], head["cw"], False, head["lu"]
         )  # fmt: skip

@@ -12,7 +12,8 @@ worker's stats file (``step_thread``, ``store``).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from ..core import InRecord, Intake, Output, PermanentStoreError, StateKey, store_isolating
 from ._telemetry import WorkerTelemetry
@@ -30,6 +31,18 @@ def check_state_size(out: Output, limit: int) -> None:
                 f"the state of {name!r} would be {len(value):,} bytes, more than the "
                 f"{limit:,} a changelog record holds (PRISM_MAX_EVENT_BYTES sets it)"
             )
+
+
+@contextmanager
+def _timed(telemetry: WorkerTelemetry, stage: str) -> Iterator[None]:
+    """Add the block's wall time to ``stage`` and its CPU time in this thread to
+    ``<stage>_cpu``: what the two differ by was waiting, not work."""
+    started, cpu = time.perf_counter(), time.thread_time()
+    try:
+        yield
+    finally:
+        telemetry.stage(stage, time.perf_counter() - started)
+        telemetry.stage(f"{stage}_cpu", time.thread_time() - cpu)
 
 
 class StepThread:
@@ -56,23 +69,18 @@ class StepThread:
         """Step ``batches`` (lane -> records; ``forwarded``: repartition-topic copies) and
         store their rows; each lane's output is added to ``parts`` for its slot's
         transaction, even when a later lane fails."""
-        started, cpu = time.perf_counter(), time.thread_time()
         mine: dict[int, Output] = {}
-        try:
-            return store_isolating(
-                self.intake, batches, self.clock(), self._store_bounded, mine, forwarded=forwarded
-            )
-        finally:
-            for lane, part in mine.items():
-                parts.setdefault(lane, Output()).extend(part)
-            self.telemetry.stage("step_thread", time.perf_counter() - started)
-            self.telemetry.stage("step_thread_cpu", time.thread_time() - cpu)
+        with _timed(self.telemetry, "step_thread"):
+            try:
+                return store_isolating(
+                    self.intake, batches, self.clock(), self._store_bounded, mine,
+                    forwarded=forwarded,
+                )  # fmt: skip
+            finally:
+                for lane, part in mine.items():
+                    parts.setdefault(lane, Output()).extend(part)
 
     def _store_bounded(self, out: Output) -> None:
         check_state_size(out, self.max_state_bytes)
-        started, cpu = time.perf_counter(), time.thread_time()
-        try:
+        with _timed(self.telemetry, "store"):
             self.store(out)
-        finally:
-            self.telemetry.stage("store", time.perf_counter() - started)
-            self.telemetry.stage("store_cpu", time.thread_time() - cpu)
