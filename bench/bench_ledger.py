@@ -27,6 +27,7 @@ Run: ``.venv/bin/python -m bench.bench_ledger [--quick]``.
 
 from __future__ import annotations
 
+import argparse
 import json
 import random
 import statistics
@@ -35,7 +36,7 @@ import sys
 import tempfile
 import time
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -326,18 +327,34 @@ def _print(rows: list[dict[str, Any]]) -> None:
 
 
 def main(argv: list[str]) -> None:
-    quick = "--quick" in argv
-    if "--child" in argv:
-        prev = datetime.fromisoformat(argv[argv.index("--month") + 1]).replace(tzinfo=UTC)
-        if "--build" in argv:
-            rows = _build(argv[argv.index("--build") + 1], prev, quick)
-        else:
-            at = argv.index("--reports")
-            reports = [a for a in argv[at + 1 :] if not a.startswith("--")]
-            rows = _measure(argv[argv.index("--measure") + 1], prev, reports, quick)
-        print(json.dumps(rows))
+    p = argparse.ArgumentParser(
+        prog="python -m bench.bench_ledger",
+        description="Build a ~3.2M-row ledger, then time billing, the run timeline and a\n"
+        "cold first report against issue 29's targets (the module's docstring has the rows).",
+        epilog="examples:\n"
+        "  python -m bench.bench_ledger            # the full ledger, about 10 minutes\n"
+        "  python -m bench.bench_ledger --quick    # a tenth of it",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--quick", action="store_true", help="a ledger a tenth the size")
+    hidden = argparse.SUPPRESS  # run()'s own processes: build the ledger, or measure it
+    p.add_argument("--child", action="store_true", help=hidden)
+    p.add_argument("--month", type=date.fromisoformat, help=hidden)
+    p.add_argument("--build", metavar="PATH", help=hidden)
+    p.add_argument("--measure", metavar="PATH", help=hidden)
+    p.add_argument("--reports", nargs="+", default=[], help=hidden)
+    args = p.parse_args(argv)
+    if not args.child:
+        _print(run(args.quick))
         return
-    _print(run(quick))
+    if args.month is None or (args.build is None) == (args.measure is None):
+        p.error("--child needs --month and one of --build or --measure")
+    prev = datetime(args.month.year, args.month.month, args.month.day, tzinfo=UTC)
+    if args.build is not None:
+        rows = _build(args.build, prev, args.quick)
+    else:
+        rows = _measure(args.measure, prev, args.reports, args.quick)
+    print(json.dumps(rows))
 
 
 if __name__ == "__main__":

@@ -43,6 +43,7 @@ the chDB engine, its insert buffers, the interpreter and its modules.
 
 from __future__ import annotations
 
+import argparse
 import gc
 import json
 import resource
@@ -221,7 +222,7 @@ def _child(
             del out, batch  # the last batch's records and output
             gc.collect()
             after_batch = tracemalloc.get_traced_memory()[0]
-            del intake, store  # the lanes' run state
+            del intake, store, parse  # the lanes' run state (``parse`` holds the intake)
             gc.collect()
             after_state = tracemalloc.get_traced_memory()[0]
             tracemalloc.stop()
@@ -308,19 +309,50 @@ def core_only(events: int, batch_size: int = BATCH, repeat: int = 3) -> list[dic
 
 
 def main(argv: list[str]) -> None:
-    quick, trace = "--quick" in argv, "--tracemalloc" in argv
-    events = int(argv[argv.index("--events") + 1]) if "--events" in argv else None
-    batch = int(argv[argv.index("--batch") + 1]) if "--batch" in argv else None
-    if "--core-only" in argv:
-        repeat = int(argv[argv.index("--repeat") + 1]) if "--repeat" in argv else 3
-        for row in core_only(events or 60_000, batch or BATCH, repeat):
-            print(f"{row['bench']:8} {row['metric']:34} {row['value']:>14,.3f} {row['unit']}")
+    p = argparse.ArgumentParser(
+        prog="python -m bench.bench_stages",
+        description="Where the worker's time per event goes, stage by stage, without Kafka\n"
+        "(the module's docstring says what each row measures).",
+        epilog="examples:\n"
+        "  python -m bench.bench_stages                      # 100k events in batches of 20,000\n"
+        "  python -m bench.bench_stages --batch 5000 --tracemalloc   # what holds the heap\n"
+        "  python -m bench.bench_stages --core-only --repeat 3       # the intake step alone",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--quick", action="store_true", help="a 30k-event fleet")
+    p.add_argument(
+        "--events", type=_positive, help="fleet size (default 100,000; core-only 60,000)"
+    )
+    p.add_argument(
+        "--batch", type=_positive, default=BATCH, help=f"events per batch (default {BATCH:,})"
+    )
+    p.add_argument("--tracemalloc", action="store_true", help="also say what holds the Python heap")
+    p.add_argument(
+        "--core-only", action="store_true", help="time the intake step alone, in CPU time"
+    )
+    p.add_argument("--repeat", type=_positive, default=3, help="core-only: best of this many runs")
+    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)  # run()'s own process
+    args = p.parse_args(argv)
+    if args.core_only:
+        rows = core_only(args.events or 60_000, args.batch, args.repeat)
+    elif args.child:
+        print(json.dumps(_child(args.quick, args.events, args.batch, args.tracemalloc)))
         return
-    if "--child" in argv:
-        print(json.dumps(_child(quick, events, batch or BATCH, trace)))
-        return
-    for row in run(quick, events, batch=batch, trace=trace):
+    else:
+        rows = run(args.quick, args.events, batch=args.batch, trace=args.tracemalloc)
+    for row in rows:
         print(f"{row['bench']:8} {row['metric']:34} {row['value']:>14,.3f} {row['unit']}")
+
+
+def _positive(text: str) -> int:
+    """An argument that must be a whole number above 0."""
+    try:
+        value = int(text.replace("_", "").replace(",", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be 1 or more")
+    return value
 
 
 if __name__ == "__main__":

@@ -351,3 +351,43 @@ def test_the_traced_heap_rows_name_the_files_holding_the_most_relative_to_the_re
     assert len(rows) <= 3 and rows[0]["metric"] == "traced_end[tests/unit/test_bench_harness.py]"
     assert rows[0]["value"] >= 4.0 and rows[0]["unit"] == "MiB"
     assert len(held) == 4096
+
+
+@pytest.mark.parametrize("module", ["bench_stages", "bench_ledger"])
+def test_the_benchmarks_run_alone_answer_help_with_examples_and_measure_nothing(
+    module: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib
+
+    bench = importlib.import_module(f"bench.{module}")
+    monkeypatch.setattr(bench, "run", lambda *a, **k: pytest.fail("--help ran the benchmark"))
+    with pytest.raises(SystemExit) as done:
+        bench.main(["--help"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert f"python -m bench.{module}" in out and "examples:" in out
+    assert "--child" not in out  # the child processes' own options stay hidden
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [(["--batch", "0"], "'0' must be 1 or more"), (["--events", "many"], "'many' is not a whole")],
+)
+def test_the_stage_benchmark_refuses_a_bad_size_by_its_value(
+    argv: list[str], named: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bench import bench_stages
+
+    with pytest.raises(SystemExit) as done:
+        bench_stages.main(argv)
+    assert done.value.code == 2 and named in capsys.readouterr().err
+
+
+def test_a_ledger_benchmark_child_without_its_part_is_refused(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from bench import bench_ledger
+
+    with pytest.raises(SystemExit) as done:
+        bench_ledger.main(["--child", "--month", "2026-11-01"])
+    assert done.value.code == 2 and "--build or --measure" in capsys.readouterr().err
