@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from bench._cli import positive_int
 from bench._summary import (
     TARGETS,
     Target,
@@ -56,13 +57,6 @@ RESULTS_DIR = Path(__file__).resolve().parent.parent / ".bench"
 Row = dict[str, Any]
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
-    return value
-
-
 def _positive_float(text: str) -> float:
     value = float(text)
     if not value > 0:
@@ -93,7 +87,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument(
         "--events",
-        type=_positive_int,
+        type=positive_int,
         metavar="N",
         help="fleet size for baseline/worker/ingest (default 200000; quick 30000)",
     )

@@ -100,7 +100,9 @@ def run(quick: bool = False, events: int | None = None) -> list[dict[str, Any]]:
 
 
 if __name__ == "__main__":
-    argv = sys.argv[1:]
-    n = int(argv[argv.index("--events") + 1]) if "--events" in argv else None
-    for r in run(quick="--quick" in argv, events=n):
-        print(f"{r['bench']:<9} {r['metric']:<28} {r['value']:>14,.3f} {r['unit']}")
+    from bench._cli import parser, positive_int, print_rows
+
+    cli = parser("bench_ingest", __doc__, ["", "--quick", "--events 500000"])
+    cli.add_argument("--events", type=positive_int, help="fleet size (default: the pipeline's)")
+    args = cli.parse_args()
+    print_rows(run(quick=args.quick, events=args.events))

@@ -327,16 +327,9 @@ def _print(rows: list[dict[str, Any]]) -> None:
 
 
 def main(argv: list[str]) -> None:
-    p = argparse.ArgumentParser(
-        prog="python -m bench.bench_ledger",
-        description="Build a ~3.2M-row ledger, then time billing, the run timeline and a\n"
-        "cold first report against issue 29's targets (the module's docstring has the rows).",
-        epilog="examples:\n"
-        "  python -m bench.bench_ledger            # the full ledger, about 10 minutes\n"
-        "  python -m bench.bench_ledger --quick    # a tenth of it",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("--quick", action="store_true", help="a ledger a tenth the size")
+    from bench._cli import parser
+
+    p = parser("bench_ledger", __doc__, ["          # about 3.2M rows", "--quick  # a tenth of it"])
     hidden = argparse.SUPPRESS  # run()'s own processes: build the ledger, or measure it
     p.add_argument("--child", action="store_true", help=hidden)
     p.add_argument("--month", type=date.fromisoformat, help=hidden)

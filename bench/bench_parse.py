@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import gc
 import random
-import sys
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -265,5 +264,6 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
 
 
 if __name__ == "__main__":
-    for r in run(quick="--quick" in sys.argv[1:]):
-        print(f"{r['bench']:<8} {r['metric']:<34} {r['value']:>14,.3f} {r['unit']}")
+    from bench._cli import parser, print_rows
+
+    print_rows(run(quick=parser("bench_parse", __doc__, ["", "--quick"]).parse_args().quick))

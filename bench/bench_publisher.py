@@ -43,7 +43,6 @@ import asyncio
 import itertools
 import logging
 import random
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -239,5 +238,8 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
 
 
 if __name__ == "__main__":
-    for row in run(quick="--quick" in sys.argv[1:]):
-        print(f"{row['bench']:<10} {row['metric']:<52} {row['value']:>12,.2f} {row['unit']}")
+    from bench._cli import parser, print_rows
+
+    print_rows(
+        run(quick=parser("bench_publisher", __doc__, ["", "--quick"]).parse_args().quick), 52
+    )

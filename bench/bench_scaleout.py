@@ -190,5 +190,6 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
 
 
 if __name__ == "__main__":
-    for r in run(quick="--quick" in sys.argv[1:]):
-        print(f"{r['bench']:<9} {r['metric']:<28} {r['value']:>14,.3f} {r['unit']}")
+    from bench._cli import parser, print_rows
+
+    print_rows(run(quick=parser("bench_scaleout", __doc__, ["", "--quick"]).parse_args().quick))

@@ -309,28 +309,30 @@ def core_only(events: int, batch_size: int = BATCH, repeat: int = 3) -> list[dic
 
 
 def main(argv: list[str]) -> None:
-    p = argparse.ArgumentParser(
-        prog="python -m bench.bench_stages",
-        description="Where the worker's time per event goes, stage by stage, without Kafka\n"
-        "(the module's docstring says what each row measures).",
-        epilog="examples:\n"
-        "  python -m bench.bench_stages                      # 100k events in batches of 20,000\n"
-        "  python -m bench.bench_stages --batch 5000 --tracemalloc   # what holds the heap\n"
-        "  python -m bench.bench_stages --core-only --repeat 3       # the intake step alone",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("--quick", action="store_true", help="a 30k-event fleet")
-    p.add_argument(
-        "--events", type=_positive, help="fleet size (default 100,000; core-only 60,000)"
+    from bench._cli import parser, positive_int, print_rows
+
+    p = parser(
+        "bench_stages",
+        __doc__,
+        [
+            "                     # 100k events in batches of 20,000",
+            "--batch 5000 --tracemalloc   # what holds the heap",
+            "--core-only --repeat 3       # the intake step alone",
+        ],
     )
     p.add_argument(
-        "--batch", type=_positive, default=BATCH, help=f"events per batch (default {BATCH:,})"
+        "--events", type=positive_int, help="fleet size (default 100,000; core-only 60,000)"
+    )
+    p.add_argument(
+        "--batch", type=positive_int, default=BATCH, help=f"events per batch (default {BATCH:,})"
     )
     p.add_argument("--tracemalloc", action="store_true", help="also say what holds the Python heap")
     p.add_argument(
         "--core-only", action="store_true", help="time the intake step alone, in CPU time"
     )
-    p.add_argument("--repeat", type=_positive, default=3, help="core-only: best of this many runs")
+    p.add_argument(
+        "--repeat", type=positive_int, default=3, help="core-only: best of this many runs"
+    )
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)  # run()'s own process
     args = p.parse_args(argv)
     if args.core_only:
@@ -340,19 +342,7 @@ def main(argv: list[str]) -> None:
         return
     else:
         rows = run(args.quick, args.events, batch=args.batch, trace=args.tracemalloc)
-    for row in rows:
-        print(f"{row['bench']:8} {row['metric']:34} {row['value']:>14,.3f} {row['unit']}")
-
-
-def _positive(text: str) -> int:
-    """An argument that must be a whole number above 0."""
-    try:
-        value = int(text.replace("_", "").replace(",", ""))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be 1 or more")
-    return value
+    print_rows(rows)
 
 
 if __name__ == "__main__":

@@ -353,6 +353,24 @@ def test_the_traced_heap_rows_name_the_files_holding_the_most_relative_to_the_re
     assert len(held) == 4096
 
 
+@pytest.mark.parametrize(
+    "module",
+    ["bench_ingest", "bench_parse", "bench_pipeline", "bench_publisher", "bench_scaleout"],
+)
+def test_every_benchmark_module_answers_help_without_measuring(module: str) -> None:
+    # these start brokers and workers when run: --help must stop at the parser
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", f"bench.{module}", "--help"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert f"python -m bench.{module} --quick" in done.stdout and "examples:" in done.stdout
+    assert "[bench]" not in done.stderr  # no progress line: nothing started
+
+
 @pytest.mark.parametrize("module", ["bench_stages", "bench_ledger"])
 def test_the_benchmarks_run_alone_answer_help_with_examples_and_measure_nothing(
     module: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
