@@ -1,6 +1,6 @@
 """The command line of a benchmark module run alone (``python -m bench.<module>``).
 
-Each module's docstring says what it measures; its first sentence is the ``--help``
+Each module's docstring says what it measures; its first paragraph is the ``--help``
 description, and the module names its own examples. ``python -m bench`` runs them all.
 """
 

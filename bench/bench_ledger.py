@@ -36,7 +36,7 @@ import sys
 import tempfile
 import time
 from dataclasses import replace
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -332,7 +332,7 @@ def main(argv: list[str]) -> None:
     p = parser("bench_ledger", __doc__, ["          # about 3.2M rows", "--quick  # a tenth of it"])
     hidden = argparse.SUPPRESS  # run()'s own processes: build the ledger, or measure it
     p.add_argument("--child", action="store_true", help=hidden)
-    p.add_argument("--month", type=date.fromisoformat, help=hidden)
+    p.add_argument("--month", type=datetime.fromisoformat, help=hidden)
     p.add_argument("--build", metavar="PATH", help=hidden)
     p.add_argument("--measure", metavar="PATH", help=hidden)
     p.add_argument("--reports", nargs="+", default=[], help=hidden)
@@ -342,7 +342,7 @@ def main(argv: list[str]) -> None:
         return
     if args.month is None or (args.build is None) == (args.measure is None):
         p.error("--child needs --month and one of --build or --measure")
-    prev = datetime(args.month.year, args.month.month, args.month.day, tzinfo=UTC)
+    prev = args.month.replace(tzinfo=UTC)
     if args.build is not None:
         rows = _build(args.build, prev, args.quick)
     else:
