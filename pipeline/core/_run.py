@@ -24,8 +24,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
@@ -73,36 +72,69 @@ def to_us(ts: datetime) -> int:
     return (delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
-@lru_cache(maxsize=1 << 15)
+# Final: the compiled core reads a module's other globals from its dict on every use
+_DATETIMES: Final[dict[int, datetime]] = {}  # microseconds since the epoch -> its datetime
+_DATETIMES_MAX: Final = 1 << 15
+_DAYS: Final[dict[int, tuple[str, int, int, int]]] = {}  # days since the epoch -> its date
+_DAYS_MAX: Final = 1 << 12
+_TWO_DIGITS: Final[tuple[str, ...]] = tuple(f"{i:02d}" for i in range(60))  # "00" .. "59"
+
+
+def _day(day: int) -> tuple[str, int, int, int]:
+    """Day ``day`` since the epoch: ``("YYYY-MM-DDT", year, month, day of month)``, cached."""
+    known = _DAYS.get(day)
+    if known is None:
+        if len(_DAYS) >= _DAYS_MAX:
+            _DAYS.clear()
+        d = (_EPOCH + timedelta(day)).date()
+        known = _DAYS[day] = (d.isoformat() + "T", d.year, d.month, d.day)
+    return known
+
+
 def from_us(us: int) -> datetime:
     """Integer microseconds since the epoch -> aware UTC datetime (exact; ``to_us``'s inverse).
 
     Cached: an event's time is turned into a datetime for its raw row, its usage and turn
     rows and its run's timeline, and a batch's arrival time for each of its rows; a
-    datetime is immutable, so the rows may share one.
+    datetime is immutable, so the rows may share one. A bounded dict, emptied when full:
+    ``functools.lru_cache`` called from the compiled core went through a Python-level call
+    and kept its recency list on every hit. A miss builds the datetime from its fields
+    (175 ns), not as the epoch plus a timedelta (380 ns: the timedelta normalises).
     """
-    return _EPOCH + timedelta(0, 0, us)  # by position: the keyword form costs a third more
-
-
-_ISO_SECONDS: dict[int, str] = {}  # whole seconds since the epoch -> "YYYY-MM-DDTHH:MM:SS"
-_ISO_SECONDS_MAX = 1 << 14
+    dt = _DATETIMES.get(us)
+    if dt is None:
+        if len(_DATETIMES) >= _DATETIMES_MAX:
+            _DATETIMES.clear()
+        # floor division and remainder, not divmod: the compiled core does these on
+        # machine integers (divmod is a generic call); both floor, so before 1970 works
+        second = us // 1_000_000
+        _, year, month, mday = _day(second // 86_400)
+        second %= 86_400
+        dt = _DATETIMES[us] = datetime(
+            year, month, mday, second // 3600, second // 60 % 60, second % 60, us % 1_000_000, UTC
+        )
+    return dt
 
 
 def iso_us(us: int) -> str:
     """``from_us(us).isoformat()``, exactly, without making a datetime per call.
 
-    A closed run's record lists every step's time: one string per event, and the
-    datetime's own ``isoformat`` cost 4 us of the core's time per event on top of the
-    datetime. The date and time of day repeat within a second, so they come from a
-    bounded cache; the fraction is left out when it is zero, as ``isoformat`` does.
+    A closed run's record lists every step's time: one string per event. The date comes
+    from a small cache by day, the time of day from its fields; the fraction is left out
+    when it is zero, as ``isoformat`` does. (A cache by second, with an f-string's
+    ``06d``, took about 2 us a call on a fleet spread over days: the cache missed and the
+    format went through ``str.format``; ``bench/README.md``.)
     """
-    second, fraction = divmod(us, 1_000_000)
-    head = _ISO_SECONDS.get(second)
-    if head is None:
-        if len(_ISO_SECONDS) >= _ISO_SECONDS_MAX:
-            _ISO_SECONDS.clear()
-        head = _ISO_SECONDS[second] = (_EPOCH + timedelta(0, second)).isoformat()[:19]
-    return f"{head}.{fraction:06d}+00:00" if fraction else f"{head}+00:00"
+    fraction = us % 1_000_000
+    second = us // 1_000_000
+    date = _day(second // 86_400)[0]
+    second %= 86_400
+    two = _TWO_DIGITS
+    hh, mm, ss = two[second // 3600], two[second // 60 % 60], two[second % 60]
+    if fraction:
+        micro = str(1_000_000 + fraction)[1:]  # six digits, zeros kept
+        return f"{date}{hh}:{mm}:{ss}.{micro}+00:00"
+    return f"{date}{hh}:{mm}:{ss}+00:00"
 
 
 def id_hash(event_id: str) -> int:

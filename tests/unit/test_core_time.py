@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -31,13 +31,28 @@ def test_iso_us_is_isoformat_over_the_whole_calendar(ts: datetime) -> None:
     assert iso_us(us) == from_us(us).isoformat() == ts.isoformat()
 
 
-def test_iso_us_edges_and_a_full_cache(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    monkeypatch.setattr(_run, "_ISO_SECONDS_MAX", 3)
-    monkeypatch.setattr(_run, "_ISO_SECONDS", {})
+def test_iso_us_edges() -> None:
     assert iso_us(0) == "1970-01-01T00:00:00+00:00"  # no fraction, as isoformat
     assert iso_us(-1) == "1969-12-31T23:59:59.999999+00:00"
     assert iso_us(1_000_001) == "1970-01-01T00:00:01.000001+00:00"
-    for second in range(10):  # past the bound: the cache starts over, the text stays exact
-        us = 1_764_556_800_000_000 + second * 1_000_000 + 5
-        assert iso_us(us) == from_us(us).isoformat()
-        assert len(_run._ISO_SECONDS) <= 3
+    assert iso_us(86_399_000_010) == "1970-01-01T23:59:59.000010+00:00"
+    assert iso_us(-86_400_000_000) == "1969-12-31T00:00:00+00:00"
+
+
+def test_full_caches_start_over_and_stay_exact() -> None:
+    # the bounds are Final (the compiled core reads them as constants): go past them
+    start = 1_764_556_800_000_000
+    for day in range(_run._DAYS_MAX + 10):
+        us = start + day * 86_400_000_000 + day * 3_661_000_007
+        assert iso_us(us) == _reference(us).isoformat() == from_us(us).isoformat()
+        assert len(_run._DAYS) <= _run._DAYS_MAX
+    for i in range(_run._DATETIMES_MAX + 10):
+        us = start + i * 1_000_003
+        first = from_us(us)
+        assert first == _reference(us) and first.tzinfo is UTC
+        assert from_us(us) is first  # shared while cached
+        assert len(_run._DATETIMES) <= _run._DATETIMES_MAX
+
+
+def _reference(us: int) -> datetime:
+    return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=us)
