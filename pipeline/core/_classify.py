@@ -146,8 +146,12 @@ def _meta(
     """Envelope values: each from the lowest-seq accepted event carrying it; tenant = owner."""
     meta: dict[str, Any] = {}
     seen = meta.keys()
+    last: dict[str, Any] | None = None
     for _, eid in accepted:
         e = facts[eid]["e"]
+        if e is last:  # a run's facts mostly share one envelope (``Processor._add``)
+            continue
+        last = e
         if e.keys() <= seen:  # the common case: nothing this run has not shown yet
             continue
         for name in e.keys() - seen:

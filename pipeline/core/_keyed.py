@@ -292,8 +292,9 @@ class KeyedProcessor(Generic[S]):
                 saved[key] = None if item is None else self._copy(item)
 
     def _replace_resting(self, key: str, held: bytes, index: Any) -> None:
-        """Replace an item at rest by another state record, ``held`` as it rests (packed,
-        ``_pack``), without decoding either: the record is written at ``_finish``.
+        """Replace an item at rest by another state record, ``held`` as it rests (packed
+        by ``_pack`` or not: ``_unpack`` reads both), without decoding either: the record
+        is written at ``_finish``.
         ``index``: what ``_reindex_resting`` needs should a rollback put the item back as
         it rested."""
         if self._tx:

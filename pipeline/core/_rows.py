@@ -92,7 +92,7 @@ def raw_row(
 ) -> RawEventRow:
     # by position, in the row's field order (tests/unit/test_row_fields.py): a keyword
     # call of a 22-field dataclass matches every name and cost 3.7 us more per row
-    e = fact["e"]
+    e: dict[str, Any] = fact["e"]  # typed: compiled, .get is a dict's, not a method call
     source, partition, offset, received_us, traceparent = fact["src"]
     return RawEventRow(
         event_id,
@@ -131,7 +131,8 @@ def usage_row(
     retracted: bool,
 ) -> UsageRow:
     """The usage row of a ``usage_recorded`` fact; superseded: a reported row outranks it."""
-    d, u = fact["d"], fact["d"]["usage"]
+    d: dict[str, Any] = fact["d"]  # typed, as raw_row's envelope
+    u: dict[str, Any] = d["usage"]
     cost = u.get("cost")
     return UsageRow(  # by position, in field order, as raw_row
         event_id,
@@ -254,10 +255,11 @@ def _turn_row(
     owner: dict[str, Any],
     version: int,
 ) -> TurnRow:
-    d = fact["d"]
+    d: dict[str, Any] = fact["d"]  # typed, as raw_row's envelope
     model = kind == "model"
     read, write, inp = turn_cache_inputs(d) if model else (None, None, None)
-    budgets, tools = d.get("budgets") or {}, d.get("tools") or {}
+    budgets: dict[str, Any] = d.get("budgets") or {}
+    tools: dict[str, Any] = d.get("tools") or {}
     latency = d.get("latencyMs") if model else None
     return TurnRow(  # by position, in field order, as raw_row
         run_id,

@@ -24,11 +24,13 @@ _MISMATCH_FIELDS = ("inputTokens", "outputTokens", "totalTokens")
 
 def turn_cache_inputs(d: dict[str, Any]) -> tuple[int | None, int | None, int | None]:
     """(cache read, cache write, input tokens) a provider turn reports; None when absent."""
-    cache = d.get("cache") or {}
-    usage = d.get("usage") or {}
+    # typed: compiled, .get is a dict's, not a method call on an object
+    cache: dict[str, Any] = d.get("cache") or {}
+    usage: dict[str, Any] = d.get("usage") or {}
+    budgets: dict[str, Any] = d.get("budgets") or {}
     read = cache.get("cacheReadTokens", usage.get("cacheReadTokens"))
     write = cache.get("cacheWriteTokens", usage.get("cacheWriteTokens"))
-    inp = usage.get("inputTokens", (d.get("budgets") or {}).get("inputTokens"))
+    inp = usage.get("inputTokens", budgets.get("inputTokens"))
     return read, write, inp
 
 
