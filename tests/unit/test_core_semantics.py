@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+import tracemalloc
 from datetime import timedelta
 
 import orjson
@@ -355,6 +357,32 @@ def test_a_run_at_rest_is_held_packed_and_decodes_to_what_was_written():
     again.load((k, v) for k, v in out.state_writes.items() if v is not None)
     assert again._cold["r1"] == written
     assert again.thawed()["r1"].to_bytes() == written
+
+
+def test_the_record_a_resting_run_will_shrink_to_is_held_at_its_size():
+    """A closed run at rest keeps the record its shrink will write, unpacked (a tombstone's
+    hashes do not compress). orjson's result keeps its buffer (8 KiB for ~1 KiB), so the
+    record is held as a copy of its size: freeing the held records gives back about their
+    length, not their buffers."""
+    proc = Processor(CFG)
+    tracemalloc.start()  # before the records are made: it counts only what it saw made
+    try:
+        for i in range(100):
+            b = RunBuilder(f"r{i}").started().turn(1).turn(2).finished()
+            proc.process(deliveries(b.events), NOW)
+        held = {k: v[1] for k, v in proc._rest_meta.items() if v[1] is not None}
+        assert len(held) == 100 and all(r.startswith(b"{") for r in held.values())
+        size, keys = sum(map(len, held.values())), list(held)
+        del held
+        gc.collect()
+        before = tracemalloc.get_traced_memory()[0]
+        for key in keys:  # the held record's one reference
+            proc._rest_meta[key] = (proc._rest_meta[key][0], None)
+        gc.collect()
+        freed = before - tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert size / 2 < freed < size + 100 * 64  # each record and its object header, no more
 
 
 def test_a_closed_run_shrinks_at_rest_undecoded_and_a_rollback_puts_it_back_whole():
