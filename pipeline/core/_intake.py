@@ -42,6 +42,7 @@ from prism.schemas import (
     ChannelOperation,
     ContractViolation,
     DeadLetterRow,
+    FastEvent,
     dead_letter_preview,
     parse_any_batch,
     parse_fast_batch,
@@ -300,7 +301,10 @@ class Intake:
                 continue
             delivery = Delivery(item, rec.source, rec.partition, rec.offset, received)
             delivery.traceparent = rec.traceparent
-            (channel if isinstance(item, ChannelOperation) else pairs).append((rec, delivery))
+            # an agent event parsed fast needs no isinstance of a pydantic model (~800
+            # instructions through its metaclass): most records are one
+            is_channel = type(item) is not FastEvent and isinstance(item, ChannelOperation)
+            (channel if is_channel else pairs).append((rec, delivery))
         if pairs or partition not in self.channels:
             self.processor(partition)
         if channel:

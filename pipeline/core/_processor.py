@@ -268,6 +268,7 @@ class Processor(KeyedProcessor[RunState]):
         owner = {k: cls.meta.get(k) for k in OWNER_FIELDS}
         owner_sig = [owner[k] for k in OWNER_FIELDS]
         fresh = False
+        applied = 0  # added to the stats once: a Counter's item is a generic call each
         for eid, fact in run.facts.items():
             reason = cls.reasons.get(eid, "")
             sig = [reason, eid in cls.superseded, owner_sig]
@@ -303,8 +304,10 @@ class Processor(KeyedProcessor[RunState]):
                     )
                 if old is None:
                     fresh = True
-                    out.stats["applied"] += 1
+                    applied += 1
                     out.event_ts.append(fact["ts"] / _US)
+        if applied:
+            out.stats["applied"] += applied
         self._update_terminal(run, cls.terminal, now, fresh)
         view = view_of(run, cls)
         run.last_us = view.last_us
