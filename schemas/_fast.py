@@ -47,7 +47,7 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
-from typing import Annotated, Any, Final, Literal, NamedTuple, Union
+from typing import Annotated, Any, Final, Literal, NamedTuple, Protocol, Union
 
 import msgspec
 from msgspec import Meta, Struct, UnsetType
@@ -549,11 +549,16 @@ class _Builder:
         return struct, check
 
 
+class Accept(Protocol):
+    def __call__(self, raw: bytes, scratch: bytearray | None = None) -> FastEvent | None: ...
+
+
 class Tables(NamedTuple):
     """What the fast path runs on, all made from the event classes' schemas."""
 
-    accept: Callable[[bytes], FastEvent | None]
-    """A value as a ``FastEvent``, or ``None`` to decline (the caller checks type and size)."""
+    accept: Accept
+    """A value as a ``FastEvent``, or ``None`` to decline (the caller checks type and size);
+    ``scratch``, a buffer the caller reuses from value to value (one per thread)."""
     models: dict[type, type[BaseModel]]
     """Each event struct and the class it was made from."""
     ts_range: tuple[int, int]
@@ -587,7 +592,7 @@ def build_tables(classes: Iterable[type[EventBase]] = KNOWN_EVENT_CLASSES) -> Ta
             checks[struct] = _compile(plan)
     ts_range = builder.ts_range or (0, 0)
     if not types or builder.ts_range is None:
-        return Tables(lambda raw: None, models, ts_range, tuple(builder.declined))
+        return Tables(lambda raw, scratch=None: None, models, ts_range, tuple(builder.declined))
     decode = msgspec.json.Decoder(Union[tuple(types)]).decode  # type: ignore[misc]  # noqa: UP007
     same = r"\A" + re.sub(r"\((?!\?)", "(?:", _TS_FORM)  # the form, as _python_pattern writes it
     ahead = "".join(f"(?={p})" for p in sorted(builder.ts_patterns - {same}))
@@ -596,7 +601,7 @@ def build_tables(classes: Iterable[type[EventBase]] = KNOWN_EVENT_CLASSES) -> Ta
     return Tables(accept, models, ts_range, tuple(builder.declined))
 
 
-_encode: Final = msgspec.json.Encoder().encode
+_encode_into: Final = msgspec.json.Encoder().encode_into
 _to_builtins: Final = msgspec.to_builtins
 
 
@@ -665,34 +670,42 @@ def _ts_us(ts: str, match: Callable[[str], re.Match[str] | None]) -> int | None:
     return us
 
 
-def _no_duplicates(raw: bytes, ev: Any) -> bool:
+def _no_duplicates(raw: bytes, ev: Any, scratch: bytearray) -> bool:
     """Whether ``raw`` has no duplicate key anywhere (pydantic and msgspec keep the last one).
 
     Every key of ``raw`` is a field of the structs or a key of a free-form object (unknown
     keys decline), so re-encoding ``ev`` writes every key once. Outside strings a colon
     only follows a key; inside strings each literal colon decodes to one colon, which is
     re-encoded literally (the caller declines ``\\u003a`` escapes). So both texts hold the
-    same number of colons exactly when no key was dropped as a duplicate.
+    same number of colons exactly when no key was dropped as a duplicate. (``ev`` is encoded
+    into ``scratch``, which takes the text's length: no new bytes object per value.)
     """
-    return raw.count(b":") == _encode(ev).count(b":")
+    _encode_into(ev, scratch)
+    return raw.count(b":") == scratch.count(b":")
 
 
 def _envelope(ev: Any) -> dict[str, Any]:
     """``envelope_values``: its keys in its order, absent values left out."""
+    # each attribute read once: compiled, a struct's attribute is a generic lookup
     env: dict[str, Any] = {}
-    if ev.tenant_id is not UNSET:
-        env["tenant_id"] = ev.tenant_id
-    if ev.account_id is not UNSET:
-        env["account_id"] = ev.account_id
-    if ev.user_id is not UNSET:
-        env["user_id"] = ev.user_id
-    if ev.session_id is not UNSET:
-        env["session_id"] = ev.session_id
+    value = ev.tenant_id
+    if value is not UNSET:
+        env["tenant_id"] = value
+    value = ev.account_id
+    if value is not UNSET:
+        env["account_id"] = value
+    value = ev.user_id
+    if value is not UNSET:
+        env["user_id"] = value
+    value = ev.session_id
+    if value is not UNSET:
+        env["session_id"] = value
     agent = ev.agent
     if agent is not UNSET:
         env["agent_id"] = agent.id
-        if agent.definition_revision is not UNSET:
-            env["agent_definition_revision"] = agent.definition_revision
+        value = agent.definition_revision
+        if value is not UNSET:
+            env["agent_definition_revision"] = value
     model = ev.model
     if model is not UNSET:
         env["provider"] = model.provider
@@ -701,10 +714,12 @@ def _envelope(ev: Any) -> dict[str, Any]:
     if parent is not UNSET:
         env["parent_run_id"] = parent.run_id
         env["delegation_id"] = parent.delegation_id
-        if parent.child_id is not UNSET:
-            env["child_id"] = parent.child_id
-    if ev.bundle_digest is not UNSET:
-        env["bundle_digest"] = ev.bundle_digest
+        value = parent.child_id
+        if value is not UNSET:
+            env["child_id"] = value
+    value = ev.bundle_digest
+    if value is not UNSET:
+        env["bundle_digest"] = value
     return env
 
 
@@ -714,11 +729,11 @@ def _acceptor(
     types: dict[type, str],
     ts_match: Callable[[str], re.Match[str] | None],
     ts_range: tuple[int, int],
-) -> Callable[[bytes], FastEvent | None]:
+) -> Accept:
     """``Tables.accept`` over these tables (bound once, read as closure cells per value)."""
     first, end = ts_range
 
-    def accept(raw: bytes) -> FastEvent | None:
+    def accept(raw: bytes, scratch: bytearray | None = None) -> FastEvent | None:
         if raw.find(b"\\u003") != -1:  # an escaped ':' would break the duplicate-key count
             # (``find``, not ``in``: ``in`` first tries the operand as an integer and
             # formats the TypeError it then discards)
@@ -729,7 +744,9 @@ def _acceptor(
             if check is not None and not check(ev):
                 return None
             ts_us = _ts_us(ev.ts, ts_match)
-            if ts_us is None or not first <= ts_us < end or not _no_duplicates(raw, ev):
+            if scratch is None:
+                scratch = bytearray()
+            if ts_us is None or not first <= ts_us < end or not _no_duplicates(raw, ev, scratch):
                 return None
             return FastEvent(
                 ev.event_id,
@@ -768,11 +785,12 @@ def parse_fast_batch(
     declined: list[int] = []
     declined_values: list[Any] = []
     accept = TABLES.accept
+    scratch = bytearray()  # this call's own: calls in other threads have theirs
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
         for raw in values:
-            result = accept(raw) if type(raw) is bytes and len(raw) <= max_bytes else None
+            result = accept(raw, scratch) if type(raw) is bytes and len(raw) <= max_bytes else None
             if result is None:
                 declined.append(len(out))
                 declined_values.append(raw)
