@@ -31,9 +31,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
-from prism.schemas import is_terminal_agent_event_type
+from prism.schemas import TERMINAL_TYPES
 
 from ._run import ENVELOPE_FIELDS
 
@@ -52,6 +52,9 @@ QUARANTINE_REASONS = (
     DUPLICATE_USAGE,
 )
 MAX_GAP_RANGES = 64  # gap lists are stored as at most this many ranges, plus a total count
+# ``is_terminal_agent_event_type``'s set, read directly: compiled, a call into that Python
+# function per event cost more than the test itself (Final: read without a dict lookup)
+_TERMINAL: Final = TERMINAL_TYPES
 
 
 @dataclass(slots=True)
@@ -88,7 +91,7 @@ def classify(facts: dict[str, dict[str, Any]]) -> Classified:
         else:
             out.reasons[eid] = DUPLICATE_SEQ
     out.terminal = next(
-        ((s, eid) for s, eid in holders.items() if is_terminal_agent_event_type(facts[eid]["t"])),
+        ((s, eid) for s, eid in holders.items() if facts[eid]["t"] in _TERMINAL),
         None,
     )
     top = out.terminal[0] if out.terminal is not None else None
@@ -97,7 +100,7 @@ def classify(facts: dict[str, dict[str, Any]]) -> Classified:
     for seq, eid in holders.items():
         f = facts[eid]
         if top is not None and seq > top:
-            terminal = is_terminal_agent_event_type(f["t"])
+            terminal = f["t"] in _TERMINAL
             out.reasons[eid] = CONFLICTING_TERMINAL if terminal else POST_TERMINAL
             continue
         key = _reported_turn_usage(f)
