@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from prism.pipeline.core import CoreConfig, InRecord, Intake, Processor, RunState
-from prism.pipeline.core._run import from_us
+from prism.pipeline.core._run import Tombstone, from_us
 from tests.fixtures.final_ledger import FinalLedger
 from tests.fixtures.runs import NOW, T0, RunBuilder, deliveries
 
@@ -624,3 +624,38 @@ def test_a_run_closed_by_a_skewed_terminal_before_any_mark_is_not_forgotten_at_o
     closed_at_0 = ledger_of([(0, run.events[:3]), (1, other.events), (0, run.events[3:])])
     assert marked_first.reasons() == {"r1-e3": "conflicting_terminal"}
     assert closed_at_0.snapshot() == marked_first.snapshot()
+
+
+def test_a_shrunk_state_keeps_every_field_but_the_facts() -> None:
+    """``RunState.shrunk`` builds the new state field by field: it equals what
+    ``dataclasses.replace`` makes, so a field added later cannot be left behind."""
+    import dataclasses
+
+    state = RunState(
+        run_id="r1",
+        facts={"e1": {"s": 0}, "e2": {"s": 1}},
+        emitted={"e1": ["ok"]},
+        turns={"model|1|0": ["e1"]},
+        terminal={"seq": 1, "id": "e2", "type": "agent_finished", "ts": 5, "arrived": 2},
+        incomplete=True,
+        closed=True,
+        closed_wm_us=7,
+        clock_skew=True,
+        arrivals=2,
+        last_us=9,
+        alerts={"stale": "firing"},
+        tombstone=Tombstone(0, {1}, {}),  # replaced by the shrink's
+    )
+    for f in dataclasses.fields(RunState):  # every field set: a new one must be set here too
+        if f.init and f.default is not dataclasses.MISSING:
+            assert getattr(state, f.name) != f.default, f"set {f.name} above"
+        if f.init and f.default_factory is not dataclasses.MISSING:
+            assert getattr(state, f.name) != f.default_factory(), f"set {f.name} above"
+    meta = {"tenant_id": "t1"}
+    shrunk = state.shrunk(meta)
+    expected = dataclasses.replace(
+        state, facts={}, emitted={}, turns={}, tombstone=state._tombstone(meta)
+    )
+    for f in dataclasses.fields(RunState):
+        assert getattr(shrunk, f.name) == getattr(expected, f.name), f.name
+    assert shrunk.alerts is not state.alerts and state.facts  # the state itself is unchanged
