@@ -684,22 +684,17 @@ def _no_duplicates(raw: bytes, ev: Any, scratch: bytearray) -> bool:
     return raw.count(b":") == scratch.count(b":")
 
 
+_OWNER_FIELDS: Final = ("tenant_id", "account_id", "user_id", "session_id")  # in this order
+
+
 def _envelope(ev: Any) -> dict[str, Any]:
     """``envelope_values``: its keys in its order, absent values left out."""
     # each attribute read once: compiled, a struct's attribute is a generic lookup
     env: dict[str, Any] = {}
-    value = ev.tenant_id
-    if value is not UNSET:
-        env["tenant_id"] = value
-    value = ev.account_id
-    if value is not UNSET:
-        env["account_id"] = value
-    value = ev.user_id
-    if value is not UNSET:
-        env["user_id"] = value
-    value = ev.session_id
-    if value is not UNSET:
-        env["session_id"] = value
+    for name in _OWNER_FIELDS:
+        value = getattr(ev, name)
+        if value is not UNSET:
+            env[name] = value
     agent = ev.agent
     if agent is not UNSET:
         env["agent_id"] = agent.id
