@@ -550,6 +550,8 @@ class _Builder:
 
 
 class Accept(Protocol):
+    """``Tables.accept``: ``scratch`` is optional, so a single value can be judged alone."""
+
     def __call__(self, raw: bytes, scratch: bytearray | None = None) -> FastEvent | None: ...
 
 
@@ -739,9 +741,9 @@ def _acceptor(
             if check is not None and not check(ev):
                 return None
             ts_us = _ts_us(ev.ts, ts_match)
-            if scratch is None:
-                scratch = bytearray()
-            if ts_us is None or not first <= ts_us < end or not _no_duplicates(raw, ev, scratch):
+            if ts_us is None or not first <= ts_us < end:
+                return None
+            if not _no_duplicates(raw, ev, bytearray() if scratch is None else scratch):
                 return None
             return FastEvent(
                 ev.event_id,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import tracemalloc
 from datetime import timedelta
@@ -629,8 +630,6 @@ def test_a_run_closed_by_a_skewed_terminal_before_any_mark_is_not_forgotten_at_o
 def test_a_shrunk_state_keeps_every_field_but_the_facts() -> None:
     """``RunState.shrunk`` builds the new state field by field: it equals what
     ``dataclasses.replace`` makes, so a field added later cannot be left behind."""
-    import dataclasses
-
     state = RunState(
         run_id="r1",
         facts={"e1": {"s": 0}, "e2": {"s": 1}},
