@@ -18,10 +18,10 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.partitioner import murmur2
 
 from prism.schemas import ContractViolation
 
+from ..core import home_partition
 from ..retry import DEFAULT_DEADLINE, retry_transient
 from ..settings import Settings
 from ._errors import TopicNotFound
@@ -46,7 +46,7 @@ def partition_for(run_id: str, partitions: int) -> int:
     """
     if partitions < 1:
         raise ValueError(f"a topic has at least one partition, got partitions={partitions}")
-    return (murmur2(run_id.encode()) & 0x7FFFFFFF) % partitions
+    return home_partition(run_id.encode(), partitions)
 
 
 async def topic_partitions(

@@ -48,7 +48,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiokafka import TopicPartition
-from aiokafka.partitioner import DefaultPartitioner
 
 from ..retry import retry_transient
 from ..settings import Settings
@@ -173,7 +172,6 @@ class Transactions:
         self.give_up_s = give_up_s  # a commit still retrying after this is handled as fenced
         self.producers: dict[str, Any] = {}
         self._stopping: set[asyncio.Task[None]] = set()  # producers given up on (``_let_go``)
-        self._partitioner = DefaultPartitioner()
 
     @classmethod
     def of(cls, settings: Settings, group: str, kafka_kwargs: dict[str, Any]) -> Transactions:
@@ -274,9 +272,9 @@ class Transactions:
             except Exception as exc:  # aiokafka's state check: a fatal error before
                 raise _Unusable(f"its producer cannot begin a transaction ({exc!r})") from exc
             try:
-                produced = await send_records(producer, commit.records, self._partitioner)
+                produced = await send_records(producer, commit.records)
                 if commit.tail is not None:
-                    last = await send_records(producer, commit.tail(produced), self._partitioner)
+                    last = await send_records(producer, commit.tail(produced))
                     produced = {**produced, **last}
                 if commit.offsets:
                     offsets = {tp: (o, metadata) for tp, o in commit.offsets.items()}

@@ -100,6 +100,22 @@ def test_the_home_partition_agrees_with_aiokafkas_default_partitioner(
     assert home_partition(key, partitions) == DefaultPartitioner()(key, parts, parts)
 
 
+@given(st.none() | st.binary(max_size=64), st.integers(1, 64))
+def test_a_produced_records_partition_is_the_one_aiokafka_would_give_it(
+    key: bytes | None, partitions: int
+) -> None:
+    from aiokafka.partitioner import DefaultPartitioner
+
+    from prism.pipeline.worker._produce import key_partition
+
+    parts = list(range(partitions))
+    got = key_partition(key, parts)
+    if key is None:  # no key: any partition, as aiokafka picks one at random
+        assert got in parts
+    else:
+        assert got == DefaultPartitioner()(key, parts, parts)
+
+
 def test_each_producer_pattern_is_named() -> None:
     n = 12
     run = RUN.encode()
