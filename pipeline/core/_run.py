@@ -137,9 +137,18 @@ def iso_us(us: int) -> str:
     return f"{date}{hh}:{mm}:{ss}+00:00"
 
 
+_BLAKE2B_8: Final = hashlib.blake2b(digest_size=8)  # never updated: each hash copies it
+
+
 def id_hash(event_id: str) -> int:
-    """A stable 63-bit hash of an event id (tombstones keep these instead of the ids)."""
-    return int.from_bytes(hashlib.blake2b(event_id.encode(), digest_size=8).digest()) >> 1
+    """A stable 63-bit hash of an event id (tombstones keep these instead of the ids).
+
+    BLAKE2b's 8-byte digest, from a copy of a hasher made once: constructing one with its
+    keyword takes longer than copying it (about 440 ns a hash against 560 from Python;
+    a closed run's tombstone hashes each of its ids)."""
+    h = _BLAKE2B_8.copy()
+    h.update(event_id.encode())
+    return int.from_bytes(h.digest()) >> 1
 
 
 def envelope_values(ev: AgentEvent) -> dict[str, Any]:
