@@ -336,9 +336,20 @@ def _ranges_label(ranges: Sequence[SourceRange]) -> str:
 
 
 def _epoch_ms(values: list[Any]) -> list[int | None]:
-    """DateTime64(3) ticks (milliseconds since the epoch, floored); naive values are UTC."""
+    """DateTime64(3) ticks (milliseconds since the epoch, floored); naive values are UTC.
+
+    A value that is the same object as the one before it takes its ticks: a batch's rows
+    share its arrival time's datetime (the core caches them, ``from_us``), which then
+    costs an identity test (20 ns) instead of a subtraction and a division (200 ns)."""
     try:
-        return [None if v is None else (v - _EPOCH) // _ONE_MS for v in values]
+        out: list[int | None] = []
+        last: Any = out  # no value is this list
+        ms: int | None = None
+        for v in values:
+            if v is not last:
+                last, ms = v, None if v is None else (v - _EPOCH) // _ONE_MS
+            out.append(ms)
+        return out
     except TypeError:  # naive datetimes among them
         return [
             None if v is None else (v.replace(tzinfo=v.tzinfo or UTC) - _EPOCH) // _ONE_MS
