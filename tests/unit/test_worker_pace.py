@@ -59,6 +59,29 @@ def test_pace_ignores_empty_batches_and_moves_its_estimate_by_the_weight() -> No
     assert pace.limit() == 500
 
 
+def test_pace_keeps_its_estimate_through_a_quiet_spell_of_small_batches() -> None:
+    """A batch of a few records takes what every batch pays (0.3 s here): divided by its
+    records it made a record look 50 times dearer, and cut the next burst into batches of
+    ``least`` until the estimate came back."""
+    pace = BatchPace(20_000, target_s=2.5)
+    for _ in range(5):  # busy: 0.3 s a batch, 0.1 ms a record
+        pace.took(pace.limit(), 0.3 + pace.limit() * 0.0001)
+    busy = pace.limit()
+    assert busy > 5_000
+    for _ in range(50):  # quiet: a few records a batch
+        pace.took(6, 0.3 + 6 * 0.0001)
+    assert pace.limit() == busy  # the burst after it is taken at the busy pace
+
+
+def test_pace_learns_from_the_first_batch_of_least_records_not_from_a_warm_up() -> None:
+    pace = BatchPace(20_000, target_s=2.5)
+    for _ in range(3):  # a warm-up: 20 records, 0.3 s a batch
+        pace.took(20, 0.3 + 20 * 0.0001)
+    assert pace.per_record_s is None and pace.limit() == 500
+    pace.took(500, 0.3 + 500 * 0.0001)  # the first batch of the load
+    assert pace.limit() == int(2.5 / (0.35 / 500))  # 3,571: fit at once, not over 8 batches
+
+
 @pytest.mark.parametrize(
     ("kwargs", "named"),
     [
