@@ -352,7 +352,9 @@ class BudgetDesk:
                 sig = orjson.dumps(value)
                 if changed_only and self._sent.get(b.scope_id) == sig:
                     continue
-                self._sent[b.scope_id] = sig
+                # held until the next change, copied to its size: orjson's result keeps
+                # the buffer it grew (about 8 KiB for a state of a few hundred bytes)
+                self._sent[b.scope_id] = bytes(memoryview(sig))
                 out.append(state_record(b, value, self.decided_us))
         return out
 

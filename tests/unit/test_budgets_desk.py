@@ -3,6 +3,8 @@ rows, moves between scopes, currencies, state records, and its stored state."""
 
 from __future__ import annotations
 
+import gc
+import tracemalloc
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -284,3 +286,33 @@ def test_a_lanes_hold_on_copies_sent_elsewhere_reaches_the_desk_and_its_state() 
     desk.report(0, LaneReport(at(40), idle=True, quiet=True))
     desk.report(1, held)
     assert BudgetDesk.from_bytes(desk.to_bytes(), budgets()).lanes[1].hold_us == at(12)
+
+
+def test_the_last_state_sent_per_budget_is_held_at_its_size() -> None:
+    """The desk keeps each budget's last state for as long as it runs; orjson's result keeps
+    the buffer it grew (8 KiB for a few hundred bytes), so what is kept is a copy of its
+    size: freeing them gives back about their length, not their buffers."""
+    scopes = [{"tenant": f"t{i}"} for i in range(100)]
+    many = budgets(
+        budgets=[
+            {"name": f"b{i}", "scope": scope, "currency": "USD", "period": "day",
+             "timezone": "UTC", "amount": "10"}
+            for i, scope in enumerate(scopes)
+        ]
+    )  # fmt: skip
+    desk = BudgetDesk(many, lateness_s=60, lanes=[0])
+    desk.report(0, LaneReport(at(10)))
+    desk.decide()  # settles up to the watermark: each budget has a state to send
+    tracemalloc.start()  # before the states are made: it counts only what it saw made
+    try:
+        assert len(desk.states()) == 100
+        size = sum(map(len, desk._sent.values()))
+        gc.collect()
+        before = tracemalloc.get_traced_memory()[0]
+        for scope_id in desk._sent:  # each state's one reference; the dict stays as it is
+            desk._sent[scope_id] = b""
+        gc.collect()
+        freed = before - tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert size / 2 < freed < size + 100 * 64  # each state and its object header, no more
