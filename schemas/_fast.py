@@ -686,14 +686,16 @@ def _no_duplicates(raw: bytes, ev: Any, scratch: bytearray) -> bool:
     return raw.count(b":") == scratch.count(b":")
 
 
-_OWNER_FIELDS: Final = ("tenant_id", "account_id", "user_id", "session_id")  # in this order
+# the envelope values an event carries at its top level (not under agent, model, parent),
+# in ``envelope_values``' order; not the core's ``OWNER_FIELDS`` (the rows' owner)
+_TOP_LEVEL_ENVELOPE: Final = ("tenant_id", "account_id", "user_id", "session_id")
 
 
 def _envelope(ev: Any) -> dict[str, Any]:
     """``envelope_values``: its keys in its order, absent values left out."""
     # each attribute read once: compiled, a struct's attribute is a generic lookup
     env: dict[str, Any] = {}
-    for name in _OWNER_FIELDS:
+    for name in _TOP_LEVEL_ENVELOPE:
         value = getattr(ev, name)
         if value is not UNSET:
             env[name] = value

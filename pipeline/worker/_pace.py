@@ -57,7 +57,7 @@ class BatchPace:
     def took(self, records: int, seconds: float) -> None:
         """A batch of ``records`` took ``seconds`` from fetch to commit (fewer than
         ``least``: it says little of a record's cost, and changes nothing)."""
-        if records <= 0 or records < self.least or seconds < 0:
+        if records < max(1, self.least) or seconds < 0:
             return
         sample = seconds / records
         if self.per_record_s is None:

@@ -6,6 +6,7 @@ than this code is refused with its key and both versions named, never read half-
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import fields
 
@@ -25,6 +26,7 @@ from prism.pipeline.core import (
     StateKey,
     store_isolating,
 )
+from prism.pipeline.core._run import id_hash
 from prism.runtime.simulator import FleetConfig, simulate
 
 NOW = 2_000_000_000.0
@@ -249,10 +251,6 @@ def test_runs_at_rest_in_their_bytes_step_on_exactly_as_decoded_ones(
 @given(st.text(max_size=80))
 def test_a_tombstones_id_hash_is_blake2bs_8_byte_digest_halved(event_id: str) -> None:
     """Tombstones store these hashes: written by one version, read by the next."""
-    import hashlib
-
-    from prism.pipeline.core._run import id_hash
-
     digest = hashlib.blake2b(event_id.encode(), digest_size=8).digest()
     assert id_hash(event_id) == int.from_bytes(digest) >> 1
     assert id_hash("evt-1") == 6854961599494532643  # pinned: the stored form never moves
