@@ -82,6 +82,20 @@ def test_pace_learns_from_the_first_batch_of_least_records_not_from_a_warm_up() 
     assert pace.limit() == int(2.5 / (0.35 / 500))  # 3,571: fit at once, not over 8 batches
 
 
+def test_pace_learns_from_a_live_streams_first_batches_a_few_records_short_of_least() -> None:
+    """A live stream's fetch hands over what is in hand: at 5,000 events/s the first
+    batches were 497, 498 and 497 records, and the pace stayed at 500 while the backlog
+    grew. A batch of at least half its limit counts; the warm-up's 20 records still do not."""
+    pace = BatchPace(20_000, target_s=2.5)
+    pace.took(20, 0.3 + 20 * 0.0001)
+    assert pace.per_record_s is None
+    pace.took(497, 0.3 + 497 * 0.0001)
+    assert pace.limit() == int(2.5 / ((0.3 + 497 * 0.0001) / 497))  # 3,553
+    busy = pace.limit()
+    pace.took(200, 0.3 + 200 * 0.0001)  # fewer than least and than half the limit
+    assert pace.limit() == busy
+
+
 @pytest.mark.parametrize(
     ("kwargs", "named"),
     [
