@@ -68,6 +68,7 @@ __all__ = ["AlertSink", "PipelineWorker"]
 log = logging.getLogger("prism.worker")
 
 _MARKS_WAIT_S = 60  # the longest a starting worker waits to read the other lanes' reports
+_REFETCH_S = 0.05  # a fetch that took all records in hand waits this long for newer ones
 
 
 class PipelineWorker:
@@ -153,7 +154,7 @@ class PipelineWorker:
                 await self.take_over()
                 wait = min(self._tick_interval, max(0.05, next_tick - time.monotonic()))
                 started = time.monotonic()
-                fetched = await self.consumer.fetch(self.pace.limit(), wait)
+                fetched = await self.consumer.fetch(self.pace.limit(), wait, _REFETCH_S)
                 self.telemetry.stage("fetch", time.monotonic() - started)
                 next_tick = await self._work(fetched, next_tick)
         except LedgerUnavailable:
