@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import random
 import re
 import time
-from collections import Counter, defaultdict, deque
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -38,6 +39,7 @@ __all__ = ["MAX_LINKS", "WorkerTelemetry", "configure_exporters", "trace_context
 
 MAX_LINKS = 128
 _RESERVOIR = 20_000
+FRESH_STRIDE = 10  # the freshness histogram records one acknowledged row in this many
 STATUS_EVERY = 10.0  # seconds between status lines while events flow
 _IDLE_EVERY = 6  # an idle worker logs every STATUS_EVERY * _IDLE_EVERY seconds
 
@@ -125,17 +127,49 @@ def _seconds(value: float) -> str:
 
 
 class _Reservoir:
-    """A uniform sample of recent values, for percentiles in the stats file."""
+    """A uniform sample of every value added (Li's algorithm L), for percentiles in the
+    stats file and the status line: each value is as likely to be kept as any other,
+    whatever batch it came in, and the sample costs a few random draws per value kept.
 
-    def __init__(self, size: int = _RESERVOIR) -> None:
-        self.values: deque[float] = deque(maxlen=size)
-        self.count = 0
+    It kept the last values instead, at most 200 of each batch, so a batch of 3,000 rows
+    counted for as much as one of 200. Over all rows of two freshness benchmarks at 5,000
+    events/s the p99 was 1,105 and 1,116 ms, and that sample said 1,010 and 1,053. The
+    warm-up's 20 rows, acknowledged 4-5 s after they were sent, were 0.1% of the first
+    status line's rows but 1% of its sample, and set its p99."""
+
+    def __init__(self, size: int = _RESERVOIR, rng: random.Random | None = None) -> None:
+        if size < 1:
+            raise ValueError(f"a reservoir holds at least one value, not {size}")
+        self.size = size
+        self.values: list[float] = []
+        self.count = 0  # values added
+        self._rng = rng or random.Random()
+        self._w = 1.0  # algorithm L's running weight, once the sample is full
+        self._next = 0  # the index (over all values added) of the next value kept
 
     def add_many(self, values: list[float]) -> None:
-        self.count += len(values)
-        if len(values) > 200:  # keep the sample spread over batches, not one batch's flood
-            values = random.sample(values, 200)
-        self.values.extend(values)
+        start, end = self.count, self.count + len(values)
+        self.count = end
+        room = self.size - len(self.values)
+        if room > 0:  # the first ``size`` values are all kept
+            self.values.extend(values[:room])
+            if len(self.values) < self.size:
+                return
+            self._next = self.size - 1
+            self._advance()
+        rng, size = self._rng, self.size
+        while self._next < end:
+            self.values[rng.randrange(size)] = values[self._next - start]
+            self._advance()
+
+    def _advance(self) -> None:
+        """Draw the index of the next value to keep (``_next``) past the current one."""
+        rng = self._rng
+        self._w *= math.exp(math.log(1.0 - rng.random()) / self.size)
+        if self._w >= 1.0:  # ``random()`` returned 0: keep the very next value
+            self._next += 1
+            return
+        self._next += int(math.log(1.0 - rng.random()) / math.log1p(-self._w)) + 1
 
     def summary(self) -> dict[str, float]:
         if not self.values:
@@ -214,7 +248,8 @@ class WorkerTelemetry:
         self.status_every = status_every
         self._clock = clock
         self.started_at = clock()
-        self._recent_fresh: deque[float] = deque(maxlen=5000)  # since the last status line
+        self._recent_fresh = _Reservoir(5000)  # since the last status line
+        self._fresh_skip = 0  # values to pass over before the histogram's next (``acknowledged``)
         self._last_status = (self.started_at, 0)  # (when, events then)
 
     @contextmanager
@@ -281,10 +316,12 @@ class WorkerTelemetry:
         now = time.time()
         values = [(now - ts) * 1000 for ts in event_ts]
         self.freshness.add_many(values)
-        self._recent_fresh.extend(values if len(values) <= 200 else random.sample(values, 200))
-        step = max(1, len(values) // 100)
-        for v in values[::step]:
+        self._recent_fresh.add_many(values)
+        # every FRESH_STRIDE-th row across batches, not a share of each batch: a batch of
+        # 3,000 rows counted in the histogram for as much as one of 100
+        for v in values[self._fresh_skip :: FRESH_STRIDE]:
             self._fresh.record(v)
+        self._fresh_skip = (self._fresh_skip - len(values)) % FRESH_STRIDE
 
     def _observe_lag(self, _options: Any) -> Iterable[metrics.Observation]:
         return [metrics.Observation(v, {"partition": p}) for p, v in self.lag.items()]
@@ -338,7 +375,7 @@ class WorkerTelemetry:
         since, events_then = self._last_status
         events = self.counts["events"]
         rate = (events - events_then) / max(now - since, 1e-9)
-        recent = sorted(self._recent_fresh)
+        recent = sorted(self._recent_fresh.values)
         p99 = "-"
         if recent:
             p99 = _seconds(recent[min(len(recent) - 1, int(0.99 * len(recent)))] / 1000)
@@ -357,7 +394,7 @@ class WorkerTelemetry:
             return False
         log.info("%s", self.status_line(now))
         self._last_status = (now, self.counts["events"])
-        self._recent_fresh.clear()
+        self._recent_fresh = _Reservoir(5000)
         return True
 
     def summary_line(self) -> str:

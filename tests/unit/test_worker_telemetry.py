@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 import time
 from collections import Counter
 
@@ -13,7 +14,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from prism.pipeline.worker._telemetry import WorkerTelemetry
+from prism.pipeline.worker._telemetry import FRESH_STRIDE, WorkerTelemetry, _Reservoir
 from prism.runtime import InMemoryPublisher
 
 
@@ -171,3 +172,63 @@ def test_the_step_thread_reports_its_cpu_time_beside_its_wall_time(tmp_path):
     assert sec["store"] >= 0.2 and sec["step_thread"] >= sec["store"]
     assert sec["store_cpu"] < sec["store"] - 0.1  # asleep: the wall time went on, the CPU's not
     assert 0 < sec["step_thread_cpu"] <= sec["step_thread"]
+
+
+def _freshness_count(reader: InMemoryMetricReader) -> int:
+    """Values the ``prism.freshness`` histogram recorded so far."""
+    return sum(
+        point.count
+        for rm in reader.get_metrics_data().resource_metrics
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+        if m.name == "prism.freshness"
+        for point in m.data.data_points
+    )
+
+
+def test_the_reservoir_keeps_each_value_as_likely_as_any_other_whatever_its_batch() -> None:
+    kept: Counter[int] = Counter()
+    rng = random.Random(7)
+    trials, n, size = 3_000, 100, 10
+    for _ in range(trials):
+        sample = _Reservoir(size, rng=rng)
+        at = 0
+        for batch in (1, 40, 3, 50, 6):  # batches of any size, 100 values in all
+            sample.add_many([float(i) for i in range(at, at + batch)])
+            at += batch
+        assert sample.count == n and len(sample.values) == size
+        kept.update(int(v) for v in sample.values)
+    shares = [kept[i] / trials for i in range(n)]  # 0.1 each; 0.0055 its standard error
+    assert min(shares) > 0.075 and max(shares) < 0.125, (min(shares), max(shares))
+
+
+def test_a_small_batch_counts_for_its_rows_not_for_as_much_as_a_big_one() -> None:
+    """The last values, at most 200 of each batch, made 200 late rows half of the sample."""
+    sample = _Reservoir(1_000, rng=random.Random(3))
+    sample.add_many([1.0] * 5_000)  # one batch of 5,000 rows
+    for _ in range(10):
+        sample.add_many([9.0] * 20)  # ten of 20 rows: 200 of 5,200, 3.8%
+    late = sample.values.count(9.0) / len(sample.values)
+    assert 0.02 < late < 0.06, late
+    assert sample.count == 5_200
+
+
+def test_the_reservoir_keeps_everything_until_full_and_refuses_no_room() -> None:
+    sample = _Reservoir(5)
+    sample.add_many([3.0, 1.0])
+    sample.add_many([2.0])
+    assert sorted(sample.values) == [1.0, 2.0, 3.0] and sample.count == 3
+    with pytest.raises(ValueError, match="at least one value, not 0"):
+        _Reservoir(0)
+
+
+def test_the_freshness_histogram_records_every_tenth_row_across_batches(otel, tmp_path):
+    """Not a share of each batch: 100 rows in batches of 3, 7, 90 record 10, as one of 100."""
+    _, _, mp, reader = otel
+    tel = WorkerTelemetry(None, meter_provider=mp)
+    now = time.time()
+    for size in (3, 7, 90):
+        tel.acknowledged([now - 0.1] * size)
+    assert _freshness_count(reader) == 100 // FRESH_STRIDE
+    tel.acknowledged([now - 0.1] * 5)  # rows 100-104: row 100 is recorded
+    assert _freshness_count(reader) == 100 // FRESH_STRIDE + 1
