@@ -11,14 +11,16 @@ The load shares the machine with the broker and the worker it measures, so it ke
 own work small: the records it needs are parsed before the clock starts, each send only
 re-encodes one, and the partition comes from the core's compiled ``murmur2`` (equal to
 aiokafka's partitioner, ``tests/unit/test_core_route.py``). Measured as the process's CPU
-time over 10 s of load on a local broker, it took 22.4% of a core at 5,000 events/s and
-25.2% at 10,000, against 24.7% and 32.9% with a parse and aiokafka's interpreted
-partitioner per record; most of the rest is aiokafka's producer and the event loop.
+time over 10 s of load on a local broker, interleaved: 25.0-30.1% of a core at 10,000
+events/s in six runs, against 32.0-34.4% in four with a parse and aiokafka's interpreted
+partitioner per record; at 5,000 events/s both took 22-30%, the difference within the
+runs' spread. Most of it is aiokafka's producer and the event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import time
 from collections.abc import Sequence
@@ -103,6 +105,9 @@ async def offer_load(
     try:
         partitions = sorted(await producer.partitions_for(topic))
         parsed = [orjson.loads(v) for v in values[: min(count, len(values))]]
+        # held through the load: out of the collector's sight, so that no full pass over
+        # them comes between a record's stamp and its send
+        gc.freeze()
         sent = 0
         start = time.monotonic()
         while sent < count:
@@ -130,5 +135,6 @@ async def offer_load(
         seconds = time.monotonic() - start
         await asyncio.gather(*pending)
     finally:
+        gc.unfreeze()
         await producer.stop()
     return LoadReport(sent, seconds)
