@@ -45,18 +45,14 @@ class LoadReport:
         return self.records / self.seconds if self.seconds > 0 else 0.0
 
 
-def restamp(value: bytes, ts: str, tag: str = "") -> tuple[bytes, bytes]:
-    """(key, value) of a record whose ``ts`` is ``ts``; ``tag`` suffixes its run and event ids.
+def restamp(parsed: dict[str, Any], ts: str, tag: str = "") -> tuple[bytes, bytes]:
+    """(key, value) of a parsed record whose ``ts`` is set to ``ts``; ``tag`` suffixes its
+    run and event ids (``parsed`` is left as it is).
 
     Example::
 
-        key, value = restamp(rec.value, "2026-11-30T12:00:00.000+00:00", tag="-c1")
+        key, value = restamp(orjson.loads(rec.value), "2026-11-30T12:00:00.000+00:00", "-c1")
     """
-    return _restamped(orjson.loads(value), ts, tag)
-
-
-def _restamped(parsed: dict[str, Any], ts: str, tag: str) -> tuple[bytes, bytes]:
-    """``restamp`` of a record already parsed (``parsed`` is left as it is)."""
     d = dict(parsed, ts=ts)
     if tag:
         d["runId"] = f"{d['runId']}{tag}"
@@ -117,9 +113,7 @@ async def offer_load(
                 batches: dict[int, Any] = {}
                 for i in range(sent, due):
                     n_pass, idx = divmod(i, len(values))
-                    key, value = _restamped(
-                        parsed[idx], stamp, f"-c{n_pass}" if n_pass else first_tag
-                    )
+                    key, value = restamp(parsed[idx], stamp, f"-c{n_pass}" if n_pass else first_tag)
                     part = key_partition(key, partitions)
                     batch = batches.get(part)
                     if batch is None:

@@ -39,6 +39,7 @@ __all__ = ["MAX_LINKS", "WorkerTelemetry", "configure_exporters", "trace_context
 
 MAX_LINKS = 128
 _RESERVOIR = 20_000
+_RECENT = 5_000  # the status line's sample of the rows since the last line
 FRESH_STRIDE = 10  # the freshness histogram records one acknowledged row in this many
 STATUS_EVERY = 10.0  # seconds between status lines while events flow
 _IDLE_EVERY = 6  # an idle worker logs every STATUS_EVERY * _IDLE_EVERY seconds
@@ -248,7 +249,7 @@ class WorkerTelemetry:
         self.status_every = status_every
         self._clock = clock
         self.started_at = clock()
-        self._recent_fresh = _Reservoir(5000)  # since the last status line
+        self._recent_fresh = _Reservoir(_RECENT)  # since the last status line
         self._fresh_skip = 0  # values to pass over before the histogram's next (``acknowledged``)
         self._last_status = (self.started_at, 0)  # (when, events then)
 
@@ -394,7 +395,7 @@ class WorkerTelemetry:
             return False
         log.info("%s", self.status_line(now))
         self._last_status = (now, self.counts["events"])
-        self._recent_fresh = _Reservoir(5000)
+        self._recent_fresh = _Reservoir(_RECENT)
         return True
 
     def summary_line(self) -> str:
