@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from prism.pipeline.cli import EXIT_BROKEN_PIPE, build_parser, main
+from prism.pipeline.cli import COMMANDS, EXIT_BROKEN_PIPE, build_parser, main
 
 
 @pytest.mark.parametrize("unbuffered", ["1", ""])
@@ -59,3 +60,39 @@ def test_verbose_after_the_command_shows_the_traceback(
     assert main(["ingest-file", "no-such-file.jsonl"]) == 1
     with pytest.raises(FileNotFoundError, match="no-such-file"):
         main(["ingest-file", "-v", "no-such-file.jsonl"])
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_a_command_alone_parses_as_in_the_whole_tree(command: str) -> None:
+    """The branch built for one command is the same branch as in the whole tree."""
+    whole = _subcommands(build_parser())[command].format_help()
+    assert _subcommands(build_parser(["-v", command]))[command].format_help() == whole
+    assert list(_subcommands(build_parser([command]))) == [
+        c for c, m in COMMANDS.items() if m == COMMANDS[command]
+    ]
+
+
+@pytest.mark.parametrize(
+    "argv", [[], ["--help"], ["-h", "billing"], ["-v"], ["no-such-command", "billing"]]
+)
+def test_without_a_command_first_every_command_is_there(argv: list[str]) -> None:
+    assert list(_subcommands(build_parser(argv))) == list(COMMANDS)
+
+
+def test_a_billing_report_does_not_import_the_other_commands() -> None:
+    """What its start costs: the dashboards' SDK, the simulator and the models stay out."""
+    code = (
+        "import sys; from prism.pipeline.cli import build_parser; "
+        "build_parser(['billing', '--from', '-7d']); "
+        "print(sorted(m for m in ('prism.dashboards', 'prism.runtime.simulator', "
+        "'prism.schemas', 'prism.devstack') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert out.stdout.strip() == "[]", out.stdout
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(sub.choices)
