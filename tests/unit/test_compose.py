@@ -168,6 +168,14 @@ def test_the_stack_has_every_service_and_pinned_images(services: dict[str, Any])
         rf"clickhouse/clickhouse-server:{re.escape(CLICKHOUSE_RELEASE)}(\.\d+)*",
         services["clickhouse"]["image"],
     )
+    # ... and the engine is pinned, so a clean install cannot take a newer one
+    pipeline = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"][
+        "optional-dependencies"
+    ]["pipeline"]
+    engine = [r for r in pipeline if re.match(r"chdb-core\b", r)]
+    assert len(engine) == 1 and re.fullmatch(
+        rf"chdb-core=={re.escape(CLICKHOUSE_RELEASE)}\.\d+", engine[0]
+    ), engine
     # Grafana runs the release the dashboards are built for (grafana-foundation-sdk's pin).
     sdk_grafana = version("grafana-foundation-sdk").split("!")[-1]
     assert services["grafana"]["image"] == f"grafana/grafana:{sdk_grafana}"
