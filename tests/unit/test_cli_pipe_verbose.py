@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import os
 import subprocess
 import sys
@@ -11,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from prism.pipeline.cli import COMMANDS, EXIT_BROKEN_PIPE, build_parser, main
+from tests.unit.test_cli_inputs import _commands
 
 
 @pytest.mark.parametrize("unbuffered", ["1", ""])
@@ -65,9 +65,9 @@ def test_verbose_after_the_command_shows_the_traceback(
 @pytest.mark.parametrize("command", list(COMMANDS))
 def test_a_command_alone_parses_as_in_the_whole_tree(command: str) -> None:
     """The branch built for one command is the same branch as in the whole tree."""
-    whole = _subcommands(build_parser())[command].format_help()
-    assert _subcommands(build_parser(["-v", command]))[command].format_help() == whole
-    assert list(_subcommands(build_parser([command]))) == [
+    whole = dict(_commands(build_parser()))[command].format_help()
+    assert dict(_commands(build_parser(["-v", command])))[command].format_help() == whole
+    assert [name for name, _ in _commands(build_parser([command]))] == [
         c for c, m in COMMANDS.items() if m == COMMANDS[command]
     ]
 
@@ -76,7 +76,7 @@ def test_a_command_alone_parses_as_in_the_whole_tree(command: str) -> None:
     "argv", [[], ["--help"], ["-h", "billing"], ["-v"], ["no-such-command", "billing"]]
 )
 def test_without_a_command_first_every_command_is_there(argv: list[str]) -> None:
-    assert list(_subcommands(build_parser(argv))) == list(COMMANDS)
+    assert [name for name, _ in _commands(build_parser(argv))] == list(COMMANDS)
 
 
 def test_a_billing_report_does_not_import_the_other_commands() -> None:
@@ -91,8 +91,3 @@ def test_a_billing_report_does_not_import_the_other_commands() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
     )
     assert out.stdout.strip() == "[]", out.stdout
-
-
-def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
-    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    return dict(sub.choices)

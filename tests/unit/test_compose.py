@@ -27,6 +27,7 @@ from prism.pipeline.settings import TOOL_VARIABLES, Settings, Topics, load_setti
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
 DOCKERFILE = ROOT / "Dockerfile"
+PYPROJECT: dict[str, Any] = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
 PROVISIONING = ROOT / "dashboards" / "provisioning"
 
 PREFIX: str = Settings.model_config["env_prefix"]
@@ -169,9 +170,7 @@ def test_the_stack_has_every_service_and_pinned_images(services: dict[str, Any])
         services["clickhouse"]["image"],
     )
     # ... and the engine is pinned, so a clean install cannot take a newer one
-    pipeline = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"][
-        "optional-dependencies"
-    ]["pipeline"]
+    pipeline = PYPROJECT["project"]["optional-dependencies"]["pipeline"]
     engine = [r for r in pipeline if re.match(r"chdb-core\b", r)]
     assert len(engine) == 1 and re.fullmatch(
         rf"chdb-core=={re.escape(CLICKHOUSE_RELEASE)}\.\d+", engine[0]
@@ -491,8 +490,7 @@ def _dockerignored(path: str, patterns: list[str]) -> bool:
 
 
 def test_image_installs_the_project_and_runs_its_console_script() -> None:
-    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-    project = pyproject["project"]
+    project = PYPROJECT["project"]
     text = DOCKERFILE.read_text(encoding="utf-8")
     stages = re.findall(r"^FROM\s+python:(\d+\.\d+)-slim\b", text, re.M)
     assert stages, "the image runs on a python:X.Y-slim base"
@@ -509,7 +507,7 @@ def test_image_installs_the_project_and_runs_its_console_script() -> None:
         for args in re.findall(r"^COPY\s+(?!--from)(.+)$", text, re.M)
         for src in args.split()[:-1]
     ]
-    packages = sorted(set(pyproject["tool"]["setuptools"]["package-dir"].values()))
+    packages = sorted(set(PYPROJECT["tool"]["setuptools"]["package-dir"].values()))
     for src in ["pyproject.toml", project["readme"], *packages]:
         assert src in copied, f"the image build needs {src}, which the Dockerfile does not copy"
     for src in copied:
@@ -595,9 +593,7 @@ def test_image_compiles_the_core_with_the_projects_mypy_and_runs_only_that_build
     from prism.schemas._compiled import MODES
 
     text = DOCKERFILE.read_text(encoding="utf-8")
-    dev = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"][
-        "optional-dependencies"
-    ]["dev"]
+    dev = PYPROJECT["project"]["optional-dependencies"]["dev"]
     pins = {re.split(r"[<>=!~ ]", d, maxsplit=1)[0]: d for d in dev}
     installs = re.findall(r"/opt/mypyc/bin/pip install ([^\n\\]+)", text)
     assert installs, "the build stage installs no compiler"
