@@ -12,6 +12,10 @@ path must have an existing parent directory (a typo is not turned into a directo
 a relative one, like the default ``./.data/ledger``, is created under the working directory.
 ``connect(..., create=False)``, what every command that only reads uses, creates nothing:
 a chDB path that holds no engine, or a database that does not exist, is ``no ledger at ...``.
+
+``engine_siblings`` gives a chDB client more handles on its engine, so that independent
+reads (a run's timeline) run at once: chDB releases the GIL while a query runs, and one
+handle runs one query at a time.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 import os
 import re
 import threading
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,8 +38,10 @@ from prism.sinks._errors import LedgerConfigError, LedgerConnectError
 __all__ = [
     "DsnTarget",
     "SecretDsn",
+    "chdb_path",
     "connect",
     "database_exists",
+    "engine_siblings",
     "parse_dsn",
     "redact_dsn",
     "validate_identifier",
@@ -47,6 +54,8 @@ _MEMORY = ":memory:"
 
 _lock = threading.Lock()
 _chdb_clients: dict[str, Client] = {}
+# Each chDB client's extra handles (engine_siblings), closed once the client is closed.
+_siblings: weakref.WeakKeyDictionary[Client, list[Client]] = weakref.WeakKeyDictionary()
 
 
 class SecretDsn(SecretStr):
@@ -257,6 +266,55 @@ def database_exists(client: Client, database: str) -> bool:
     return bool(result.result_rows[0][0])
 
 
+def chdb_path(client: Client) -> str | None:
+    """The engine path of a client on the embedded chDB engine (``":memory:"`` for none);
+    ``None`` for a ClickHouse server's client."""
+    path = getattr(client, "path", None)
+    return path if type(client).__name__ == "ChdbClient" and path else None
+
+
+def engine_siblings(client: Client, count: int) -> list[Client]:
+    """``count`` more clients on ``client``'s chDB engine; ``[]`` for a server's client.
+
+    They are opened on first use (about 17 ms each) and kept for ``client``'s life: they
+    are closed once ``client`` is found closed (``connect`` looks before it opens an
+    engine) or is collected, so they never hold an engine that the process has let go.
+    Each has its own handle, so queries on them run at the same time as ``client``'s.
+
+    Example::
+
+        others = engine_siblings(client, 3)  # [] on a server: run the reads one by one
+    """
+    path = chdb_path(client)
+    if path is None or count <= 0:
+        return []
+    with _lock:
+        held = _siblings.get(client)
+        if held is None:
+            held = _siblings[client] = []
+            weakref.finalize(client, _close_all, held)
+        while len(held) < count:
+            held.append(
+                clickhouse_connect.get_client(
+                    interface="chdb", path=None if path == _MEMORY else path
+                )
+            )
+        return held[:count]
+
+
+def _close_all(clients: list[Client]) -> None:
+    while clients:
+        clients.pop().close()
+
+
+def _close_orphaned_siblings() -> None:
+    """Close the extra handles of every chDB client that was closed (held by ``_lock``)."""
+    for owner, held in list(_siblings.items()):
+        if not owner.ping():
+            _close_all(held)
+            del _siblings[owner]
+
+
 def chdb_options(dsn: str) -> dict[str, str]:
     """The engine options in a ``chdb://`` DSN's query string."""
     return {k: v[0] for k, v in parse_qs(dsn.partition("?")[2]).items()}
@@ -265,6 +323,7 @@ def chdb_options(dsn: str) -> dict[str, str]:
 def _chdb_client(dsn: str, target: DsnTarget, *, create: bool = True) -> Client:
     path = target.path or _MEMORY
     with _lock:
+        _close_orphaned_siblings()
         cached = _chdb_clients.get(path)
         if cached is not None and cached.ping():
             return cached

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
 from clickhouse_connect.driver.client import Client
 
-from prism.sinks._client import validate_identifier
+from prism.sinks._client import engine_siblings, validate_identifier
 from prism.sinks._errors import LedgerQueryError
 
 __all__ = ["QueryResult", "query", "run_timeline"]
@@ -38,10 +40,8 @@ def run_timeline(client: Client, database: str, run_id: str) -> dict[str, Any]:
         tl["run"]["status"], [t["turn"] for t in tl["turns"]], len(tl["events"])
     """
     validate_identifier(database)
-    params = {"run_id": run_id}
-    runs, turns, usage, events = (
-        _rows(client, sql.format(db=database), params) for sql in _TIMELINE_SQL
-    )
+    statements = [sql.format(db=database) for sql in _TIMELINE_SQL]
+    runs, turns, usage, events = _rows_at_once(client, statements, {"run_id": run_id})
     return {"run": runs[0] if runs else None, "turns": turns, "usage": usage, "events": events}
 
 
@@ -81,6 +81,43 @@ def query(
 
 def _rows(client: Client, sql: str, params: dict[str, Any]) -> list[dict[str, Any]]:
     return query(client, sql, params).dicts()
+
+
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _rows_at_once(
+    client: Client, statements: list[str], params: dict[str, Any]
+) -> list[list[dict[str, Any]]]:
+    """Each statement's rows, in order. On chDB the first runs here and the others at the
+    same time on the engine's other handles (``engine_siblings``): a timeline's lookups
+    are each mostly the engine's planning, which one handle would run one after another.
+    A server's client runs them one by one."""
+    others = engine_siblings(client, len(statements) - 1)
+    if not others:
+        return [_rows(client, sql, params) for sql in statements]
+    pool = _threads()
+    futures = [
+        pool.submit(_rows, c, sql, params) for c, sql in zip(others, statements[1:], strict=True)
+    ]
+    try:
+        first = _rows(client, statements[0], params)
+    finally:  # every lookup has ended before this returns or raises
+        for future in futures:
+            future.exception()
+    return [first, *(future.result() for future in futures)]
+
+
+def _threads() -> ThreadPoolExecutor:
+    """The threads the lookups run on; more lookups than threads wait their turn."""
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(
+                len(_TIMELINE_SQL) - 1, thread_name_prefix="prism-ledger-read"
+            )
+        return _pool
 
 
 def _aware(value: Any) -> Any:

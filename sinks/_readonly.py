@@ -28,7 +28,7 @@ from typing import Any
 import clickhouse_connect
 from clickhouse_connect.driver.client import Client
 
-from prism.sinks._client import database_exists, engine_error, validate_identifier
+from prism.sinks._client import chdb_path, database_exists, engine_error, validate_identifier
 from prism.sinks._errors import LedgerQueryError, LedgerReadOnlyError
 from prism.sinks._queries import QueryResult, query
 
@@ -330,8 +330,8 @@ def read_only_query(
     database = database or client.database
     if not database:
         raise LedgerQueryError("no ledger database to query; pass database=")
-    path = getattr(client, "path", None)
-    if type(client).__name__ == "ChdbClient" and path:
+    path = chdb_path(client)
+    if path:
         handle = clickhouse_connect.get_client(
             interface="chdb",
             path=None if path == ":memory:" else path,

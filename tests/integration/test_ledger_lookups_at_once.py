@@ -1,0 +1,100 @@
+"""A run's timeline reads its four lookups at once on chDB's other handles (engine_siblings)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from prism.schemas import LedgerBatch
+from prism.sinks import LedgerWriter, SourceRange, migrate, run_timeline
+from prism.sinks._client import chdb_path, engine_siblings
+from prism.sinks._errors import LedgerQueryError
+from prism.sinks.testing import event_row, run_row, turn_row, usage_row
+
+pytestmark = pytest.mark.integration
+
+
+class _OneByOne:
+    """The same engine behind an object that is not a chDB client: lookups run in turn."""
+
+    def __init__(self, client: Any) -> None:
+        self.query = client.query
+
+
+@pytest.fixture
+def ledger(ch_client: Any, ch_database: str) -> str:
+    migrate(ch_client, ch_database)
+    batch = LedgerBatch(
+        runs=[run_row(f"r{n}", status="completed", version=2) for n in range(5)],
+        turns=[turn_row(f"r{n}", t, seq=2 * t) for n in range(5) for t in (1, 2, 3)],
+        usage=[
+            usage_row(f"u{n}-{t}", f"r{n}", seq=2 * t + 1, turn=t)
+            for n in range(5)
+            for t in (1, 2, 3)
+        ],
+        events=[event_row(f"e{n}-{s}", f"r{n}", s) for n in range(5) for s in range(8)],
+    )
+    writer = LedgerWriter(ch_client, ch_database)
+    writer.add(batch, SourceRange("prism.agent-events", 0, 0, len(batch)))
+    writer.flush()
+    return ch_database
+
+
+def test_lookups_at_once_return_what_lookups_in_turn_return(ch_client: Any, ledger: str) -> None:
+    assert chdb_path(ch_client) is not None and chdb_path(_OneByOne(ch_client)) is None
+    for run_id in ("r0", "r3", "absent"):
+        at_once = run_timeline(ch_client, ledger, run_id)
+        assert at_once == run_timeline(_OneByOne(ch_client), ledger, run_id)
+    full = run_timeline(ch_client, ledger, "r3")
+    assert full["run"]["run_id"] == "r3"
+    assert [t["turn"] for t in full["turns"]] == [1, 2, 3]
+    assert [u["event_id"] for u in full["usage"]] == ["u3-1", "u3-2", "u3-3"]
+    assert [e["seq"] for e in full["events"]] == list(range(8))
+
+
+def test_the_extra_handles_are_opened_once_per_client(ch_client: Any, ledger: str) -> None:
+    run_timeline(ch_client, ledger, "r1")
+    others = engine_siblings(ch_client, 3)
+    assert len(others) == 3 and len({id(c) for c in [ch_client, *others]}) == 4
+    assert all(chdb_path(c) == chdb_path(ch_client) for c in others)
+    run_timeline(ch_client, ledger, "r2")
+    assert engine_siblings(ch_client, 3) == others  # the same handles, not new ones
+
+
+def test_a_failed_lookup_is_a_query_error_and_the_handles_still_serve(
+    ch_client: Any, ledger: str
+) -> None:
+    with pytest.raises(LedgerQueryError, match="query failed"):
+        run_timeline(ch_client, "t_no_such_ledger", "r1")
+    assert run_timeline(ch_client, ledger, "r4")["run"]["run_id"] == "r4"
+
+
+# chDB hosts one engine per process, so this runs in a process of its own: the first
+# engine's extra handles must not keep it open once its client is closed.
+_REOPEN = """
+import sys
+from prism.sinks import connect, migrate, run_timeline
+first = connect(f"chdb://{sys.argv[1]}/first", "prism")
+migrate(first, "prism")
+assert run_timeline(first, "prism", "r1")["run"] is None
+first.close()
+second = connect(f"chdb://{sys.argv[1]}/second", "prism")
+migrate(second, "prism")
+print(second.query("SELECT count() FROM prism.runs_store").result_rows[0][0])
+"""
+
+
+def test_a_closed_clients_handles_let_the_process_open_another_engine(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _REOPEN, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "0"
