@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
@@ -9,10 +10,12 @@ from typing import Any
 
 from clickhouse_connect.driver.client import Client
 
-from prism.sinks._client import engine_siblings, validate_identifier
+from prism.sinks._client import engine_error, engine_siblings, validate_identifier
 from prism.sinks._errors import LedgerQueryError
 
 __all__ = ["QueryResult", "query", "run_timeline"]
+
+log = logging.getLogger(__name__)
 
 
 class QueryResult:
@@ -85,6 +88,7 @@ def _rows(client: Client, sql: str, params: dict[str, Any]) -> list[dict[str, An
 
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
+_handles_refused = False
 
 
 def _rows_at_once(
@@ -93,8 +97,16 @@ def _rows_at_once(
     """Each statement's rows, in order. On chDB the first runs here and the others at the
     same time on the engine's other handles (``engine_siblings``): a timeline's lookups
     are each mostly the engine's planning, which one handle would run one after another.
-    A server's client runs them one by one."""
-    others = engine_siblings(client, len(statements) - 1)
+    A server's client runs them one by one, and so does a chDB client whose engine would
+    not open another handle (logged once)."""
+    global _handles_refused
+    try:
+        others = engine_siblings(client, len(statements) - 1)
+    except Exception as exc:
+        if not _handles_refused:
+            _handles_refused = True
+            log.warning("ledger lookups run one by one: %s", engine_error(exc))
+        others = []
     if not others:
         return [_rows(client, sql, params) for sql in statements]
     pool = _threads()

@@ -98,3 +98,24 @@ def test_a_closed_clients_handles_let_the_process_open_another_engine(tmp_path: 
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip() == "0"
+
+
+def test_an_engine_that_refuses_another_handle_still_gives_the_timeline(
+    ch_client: Any, ledger: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import clickhouse_connect
+
+    from prism.sinks import _client
+
+    def refuse(**_: Any) -> Any:
+        raise RuntimeError("no more handles")
+
+    expected = run_timeline(_OneByOne(ch_client), ledger, "r2")
+    monkeypatch.setattr(_client, "_siblings", _client.weakref.WeakKeyDictionary())
+    monkeypatch.setattr(clickhouse_connect, "get_client", refuse)
+    monkeypatch.setattr("prism.sinks._queries._handles_refused", False)
+    with caplog.at_level("WARNING", logger="prism.sinks._queries"):
+        assert run_timeline(ch_client, ledger, "r2") == expected
+        assert run_timeline(ch_client, ledger, "r2") == expected
+    refused = [r for r in caplog.records if "one by one" in r.getMessage()]
+    assert len(refused) == 1 and "no more handles" in refused[0].getMessage()
