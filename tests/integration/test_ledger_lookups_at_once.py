@@ -88,16 +88,44 @@ print(second.query("SELECT count() FROM prism.runs_store").result_rows[0][0])
 """
 
 
-def test_a_closed_clients_handles_let_the_process_open_another_engine(tmp_path: Path) -> None:
+def _python(script: str, *args: str) -> str:
     done = subprocess.run(
-        [sys.executable, "-c", _REOPEN, str(tmp_path)],
+        [sys.executable, "-c", script, *args],
         capture_output=True,
         text=True,
         timeout=300,
         check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.strip() == "0"
+    return done.stdout.strip()
+
+
+def test_a_closed_clients_handles_let_the_process_open_another_engine(tmp_path: Path) -> None:
+    assert _python(_REOPEN, str(tmp_path)) == "0"
+
+
+# The same in-memory engine behind every handle: the other handles see the caller's rows.
+_IN_MEMORY = """
+from prism.schemas import LedgerBatch
+from prism.sinks import LedgerWriter, SourceRange, connect, migrate, run_timeline
+from prism.sinks._client import engine_siblings
+from prism.sinks.testing import event_row, run_row, turn_row, usage_row
+client = connect("chdb://:memory:", "prism")
+migrate(client, "prism")
+batch = LedgerBatch(runs=[run_row("r1")], turns=[turn_row("r1", 1, seq=2)],
+                    usage=[usage_row("u1", "r1", seq=3)], events=[event_row("e0", "r1", 0)])
+writer = LedgerWriter(client, "prism")
+writer.add(batch, SourceRange("t", 0, 0, 1))
+writer.flush()
+timeline = run_timeline(client, "prism", "r1")
+assert len(engine_siblings(client, 3)) == 3
+print(timeline["run"]["run_id"], len(timeline["turns"]), len(timeline["usage"]),
+      len(timeline["events"]))
+"""
+
+
+def test_an_in_memory_engine_reads_at_once_too() -> None:
+    assert _python(_IN_MEMORY) == "r1 1 1 1"
 
 
 def test_an_engine_that_refuses_another_handle_still_gives_the_timeline(
