@@ -65,6 +65,16 @@ def test_the_extra_handles_are_opened_once_per_client(ch_client: Any, ledger: st
     assert engine_siblings(ch_client, 3) == others  # the same handles, not new ones
 
 
+def test_timelines_from_several_threads_share_the_handles(ch_client: Any, ledger: str) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    runs = [f"r{n % 5}" for n in range(40)]
+    expected = {r: run_timeline(_OneByOne(ch_client), ledger, r) for r in set(runs)}
+    with ThreadPoolExecutor(4) as threads:
+        got = list(threads.map(lambda r: run_timeline(ch_client, ledger, r), runs))
+    assert got == [expected[r] for r in runs]
+
+
 def test_a_failed_lookup_is_a_query_error_and_the_handles_still_serve(
     ch_client: Any, ledger: str
 ) -> None:
