@@ -308,7 +308,7 @@ def _close_all(clients: list[Client]) -> None:
 
 
 def _close_orphaned_siblings() -> None:
-    """Close the extra handles of every chDB client that was closed (held by ``_lock``)."""
+    """Close the extra handles of every chDB client that was closed (the caller holds ``_lock``)."""
     for owner, held in list(_siblings.items()):
         if not owner.ping():
             _close_all(held)
