@@ -183,6 +183,8 @@ class GroupWatch:
     rebalances: int = 0
     kept: int = 0
     longest_stall: tuple[float, TP | None, float] = (0.0, None, 0.0)  # seconds, where, since
+    # each partition's holder in the stable assignments seen, from when: (time, "w1 (pid N)")
+    holders: dict[TP, list[tuple[float, str]]] = field(default_factory=dict)
     faults: list[Fault] = field(default_factory=list)
     errors: int = 0
     armed: bool = False
@@ -268,6 +270,7 @@ class GroupWatch:
             self._count_rebalance(members)
         self.state, self.members = g["state"], members
         self._match(members)
+        self._note_holders(members, time.monotonic())
         done = await admin.list_consumer_group_offsets(self.group)
         found = {(tp.topic, tp.partition) for tp in done}
         found |= {tp for _, tps in members.values() for tp in tps}
@@ -371,6 +374,29 @@ class GroupWatch:
         ):  # fmt: skip
             owners[loose[0]] = (idle[0], live[idle[0]].pid or 0)
         self.owners = owners
+
+    def _note_holders(self, members: dict[str, tuple[str, frozenset[TP]]], now: float) -> None:
+        """Each partition's holder in a stable assignment (a worker and its pid: a restarted
+        worker is another holder), added to ``holders`` when it changes: a stall's report
+        says whose faults it spanned."""
+        if self.state != "Stable":
+            return
+        held: dict[TP, str] = {}
+        for m, (_, tps) in members.items():
+            name, pid = self.owners.get(m, ("an unmatched member", 0))
+            for tp in tps:
+                held[tp] = f"{name} (pid {pid})" if pid else name
+        for tp in sorted(set(held) | set(self.holders)):
+            who, seen = held.get(tp, "nobody"), self.holders.setdefault(tp, [])
+            if not seen or seen[-1][1] != who:
+                seen.append((now, who))
+
+    def holders_between(self, tp: TP, start: float, end: float) -> list[tuple[float, str]]:
+        """``tp``'s holders from ``start`` to ``end``: the one it had at ``start`` (if seen)
+        and each one it had after, until ``end``."""
+        seen = self.holders.get(tp, [])
+        before = [h for h in seen if h[0] <= start][-1:]
+        return before + [h for h in seen if start < h[0] <= end]
 
     def _count_rebalance(self, members: dict[str, tuple[str, frozenset[TP]]]) -> None:
         """Count a new stable assignment; kept: a member holds some partitions it held before."""

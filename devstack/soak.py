@@ -642,21 +642,41 @@ def _group_figures(watch: GroupWatch, t0: float) -> dict[str, Any]:
     """What the watch saw of the group: rebalances, the longest stall, recoveries."""
     seconds, where, since = watch.longest_stall
     done = [f.recovered_s for f in watch.faults if f.recovered_s is not None]
+    held = watch.holders_between(where, since, since + seconds) if where else []
     return {
         "rebalances": watch.rebalances,
         "rebalances_kept": watch.kept,
         "longest_stall_s": round(seconds, 1),
         "longest_stall_partition": list(where) if where else None,
         "longest_stall_from_s": round(since - t0, 1) if where else None,  # into the load
+        # who held it meanwhile, from when (s into the load): the faults it spanned
+        "longest_stall_holders": [[round(t - t0, 1), who] for t, who in held],
         "stall_bound_s": STALL_BOUND_S,
         "watch_blind_s": round(watch.blind, 1),  # longest time without a look at the group
         "recoveries": [
-            {"fault": f.kind, "s": None if f.recovered_s is None else round(f.recovered_s, 1)}
+            {
+                "fault": f.kind,
+                "at_s": round(f.at - t0, 1),
+                "s": None if f.recovered_s is None else round(f.recovered_s, 1),
+            }
             for f in watch.faults
         ],
         "recovery_p50_s": round(statistics.median(done), 1) if done else None,
         "recovery_max_s": round(max(done), 1) if done else None,
     }
+
+
+def _holders_text(held: list[list[Any]]) -> str:
+    """``[[s into the load, holder], ...]`` as text: "w3 (pid 7) from 0.0s, then ..."."""
+    if not held:
+        return "(not seen: no stable assignment was observed during the stall)"
+    return ", then ".join(f"{who} from {at}s" for at, who in held)
+
+
+def _fault_times(recoveries: list[dict[str, Any]]) -> str:
+    """ " (at 9.1s, 28.0s into the load)": when each timed fault began."""
+    times = [f"{r['at_s']}s" for r in recoveries if r.get("at_s") is not None]
+    return f" (at {', '.join(times)} into the load)" if times else ""
 
 
 def _failures(v: dict[str, Any]) -> list[str]:
@@ -714,8 +734,9 @@ def render_verdict(v: dict[str, Any]) -> str:
         f"longest stall of a partition with lag {v['longest_stall_s']}s "
         f"({v['longest_stall_partition']}, from {v['longest_stall_from_s']}s into the load; "
         f"bound {v['stall_bound_s']:.0f}s); the group unobserved {v['watch_blind_s']}s at most",
-        f"recovery after {len(v['recoveries'])} faults: p50 {v['recovery_p50_s'] or '-'}s, "
-        f"max {v['recovery_max_s'] or '-'}s",
+        "  held meanwhile by " + _holders_text(v.get("longest_stall_holders") or []),
+        f"recovery after {len(v['recoveries'])} faults{_fault_times(v['recoveries'])}: "
+        f"p50 {v['recovery_p50_s'] or '-'}s, max {v['recovery_max_s'] or '-'}s",
         "chaos: " + ("; ".join(v["actions"]) or "none"),
     ]
     for name, r in w.items():
