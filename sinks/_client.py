@@ -273,6 +273,15 @@ def chdb_path(client: Client) -> str | None:
     return path if type(client).__name__ == "ChdbClient" and path else None
 
 
+def chdb_handle(path: str, **kwargs: Any) -> Client:
+    """A client on the chDB engine at ``path`` (``":memory:"``: the process's in-memory
+    engine); ``kwargs`` go to ``clickhouse_connect.get_client``. A process hosts one
+    engine: a handle on another path than the one open fails (``connect`` says why)."""
+    return clickhouse_connect.get_client(
+        interface="chdb", path=None if path == _MEMORY else path, **kwargs
+    )
+
+
 def engine_siblings(client: Client, count: int) -> list[Client]:
     """``count`` more clients on ``client``'s chDB engine; ``[]`` for a server's client.
 
@@ -294,11 +303,7 @@ def engine_siblings(client: Client, count: int) -> list[Client]:
             held = _siblings[client] = []
             weakref.finalize(client, _close_all, held)
         while len(held) < count:
-            held.append(
-                clickhouse_connect.get_client(
-                    interface="chdb", path=None if path == _MEMORY else path
-                )
-            )
+            held.append(chdb_handle(path))
         return held[:count]
 
 
@@ -335,11 +340,7 @@ def _chdb_client(dsn: str, target: DsnTarget, *, create: bool = True) -> Client:
         if others:
             raise LedgerConfigError(_one_engine_message(others[0], path))
         try:
-            client = clickhouse_connect.get_client(
-                interface="chdb",
-                path=None if path == _MEMORY else path,
-                chdb_options=chdb_options(dsn),
-            )
+            client = chdb_handle(path, chdb_options=chdb_options(dsn))
         except Exception as exc:
             held = re.search(r"initialized with path '([^']*)'", str(exc))
             if held:

@@ -25,10 +25,15 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-import clickhouse_connect
 from clickhouse_connect.driver.client import Client
 
-from prism.sinks._client import chdb_path, database_exists, engine_error, validate_identifier
+from prism.sinks._client import (
+    chdb_handle,
+    chdb_path,
+    database_exists,
+    engine_error,
+    validate_identifier,
+)
 from prism.sinks._errors import LedgerQueryError, LedgerReadOnlyError
 from prism.sinks._queries import QueryResult, query
 
@@ -332,9 +337,8 @@ def read_only_query(
         raise LedgerQueryError("no ledger database to query; pass database=")
     path = chdb_path(client)
     if path:
-        handle = clickhouse_connect.get_client(
-            interface="chdb",
-            path=None if path == ":memory:" else path,
+        handle = chdb_handle(
+            path,
             database=database if database_exists(client, database) else None,
             settings={"readonly": 1},
         )
