@@ -675,7 +675,7 @@ def _holders_text(held: list[list[Any]]) -> str:
 
 def _fault_times(recoveries: list[dict[str, Any]]) -> str:
     """ " (at 9.1s, 28.0s into the load)": when each timed fault began."""
-    times = [f"{r['at_s']}s" for r in recoveries if r.get("at_s") is not None]
+    times = [f"{r['at_s']}s" for r in recoveries]
     return f" (at {', '.join(times)} into the load)" if times else ""
 
 
@@ -734,7 +734,7 @@ def render_verdict(v: dict[str, Any]) -> str:
         f"longest stall of a partition with lag {v['longest_stall_s']}s "
         f"({v['longest_stall_partition']}, from {v['longest_stall_from_s']}s into the load; "
         f"bound {v['stall_bound_s']:.0f}s); the group unobserved {v['watch_blind_s']}s at most",
-        "  held meanwhile by " + _holders_text(v.get("longest_stall_holders") or []),
+        "  held meanwhile by " + _holders_text(v["longest_stall_holders"]),
         f"recovery after {len(v['recoveries'])} faults{_fault_times(v['recoveries'])}: "
         f"p50 {v['recovery_p50_s'] or '-'}s, max {v['recovery_max_s'] or '-'}s",
         "chaos: " + ("; ".join(v["actions"]) or "none"),
