@@ -12,8 +12,10 @@ order the worker calls ``LedgerWriter.flush()`` (a retried flush counts again).
 - ``kill_after_insert:N``: SIGKILL the process once the first flush numbered >= N that
   stored rows has inserted every table, before ``flush()`` returns: the rows are in the
   ledger, the offsets they came from are not committed.
-- ``kill_mid_insert:N``: SIGKILL the process between the first and the second table
-  insert of the first flush numbered >= N that inserts two tables or more.
+- ``kill_mid_insert:N``: SIGKILL the process once one table of the first flush
+  numbered >= N that inserts two tables or more is stored and another is not: before
+  the second table's insert when they go one after another, or as the first table's
+  insert returns while others are in flight (a chDB ledger inserts tables at once).
 - ``fail_inserts:N`` or ``fail_inserts:Ts``: every insert raises a transient
   ``ConnectionError`` (nothing is inserted) for N insert calls, or for T seconds from the
   first failing call. ``@M`` (``fail_inserts:10s@3``) starts failing at flush M.
@@ -109,7 +111,8 @@ class FaultPlan:
     flushes: int = field(default=0, init=False)
     failed: int = field(default=0, init=False)
     fetched: int = field(default=0, init=False)
-    _tables_this_flush: list[str] = field(default_factory=list, init=False)
+    _tables_this_flush: list[str] = field(default_factory=list, init=False)  # stored
+    _started_this_flush: list[str] = field(default_factory=list, init=False)
     _fail_since: float | None = field(default=None, init=False)
     _recovered: bool = field(default=False, init=False)
 
@@ -118,7 +121,9 @@ class FaultPlan:
         return FaultyWriter(writer, self)
 
     def insert_hook(self, table: str, insert: Callable[[], object]) -> object:
-        """The ``LedgerWriter`` insert hook: fail, or kill before the second table's insert."""
+        """The ``LedgerWriter`` insert hook: fail, or kill in the middle of a flush (before
+        the second table's insert, or as the first returns while another is in flight).
+        Called from several threads at once when the writer inserts tables in parallel."""
         if self._failing():
             self.failed += 1
             if self.failed == 1:
@@ -126,19 +131,26 @@ class FaultPlan:
             raise ConnectionError(
                 f"injected insert failure #{self.failed} into {table} (fail_inserts)"
             )
-        if (
-            self.kill_mid_insert is not None
-            and self.flushes >= self.kill_mid_insert
-            and len(self._tables_this_flush) == 1
-        ):
+        if self._mid_insert() and len(self._tables_this_flush) == 1:
             _say(
                 f"kill_mid_insert: flush {self.flushes} inserted {self._tables_this_flush[0]}, "
                 f"SIGKILL before {table}"
             )
             self.kill()
+        self._started_this_flush.append(table)
         result = insert()
         self._tables_this_flush.append(table)
+        others = [t for t in self._started_this_flush if t not in self._tables_this_flush]
+        if self._mid_insert() and len(self._tables_this_flush) == 1 and others:
+            _say(
+                f"kill_mid_insert: flush {self.flushes} inserted {table}, SIGKILL with "
+                f"{', '.join(others)} in flight"
+            )
+            self.kill()
         return result
+
+    def _mid_insert(self) -> bool:
+        return self.kill_mid_insert is not None and self.flushes >= self.kill_mid_insert
 
     def fetch_hook(self, topic: str, partition: int, records: list[Any]) -> bool:
         """The worker's ``drop_fetched`` seam: True for the ``drop_fetch``-th chunk."""
@@ -155,6 +167,7 @@ class FaultPlan:
         """A new flush begins (numbered from 1)."""
         self.flushes += 1
         self._tables_this_flush = []
+        self._started_this_flush = []
 
     def flush_finished(self, result: Any) -> None:
         """Kill (or stall) after the flush stored its rows, before the caller sees ``result``."""

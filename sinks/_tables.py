@@ -22,7 +22,8 @@ from prism.schemas import (
 
 __all__ = ["STORAGE_TABLES", "VIEWS", "columns_of"]
 
-# LedgerBatch attribute -> (storage table, row class), in insert order.
+# LedgerBatch attribute -> (storage table, row class), in insert order (on a server one after
+# another; a chDB ledger inserts several at once, LedgerWriter's ``parallel``).
 STORAGE_TABLES: dict[str, tuple[str, type[Any]]] = {
     "events": ("run_events_store", RawEventRow),
     "usage": ("usage_store", UsageRow),

@@ -7,6 +7,8 @@ not what the deduplicating views hide.
 from __future__ import annotations
 
 import hashlib
+import threading
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -128,3 +130,50 @@ def test_lost_acknowledgements_add_no_row(ch_client: Any, ledger: str) -> None:
     LedgerStore(writer, sleep=lambda s: None).flush()  # retried by the store
     assert hook.failed == 2
     assert _stored(ch_client, ledger, "usage_store") == 2
+
+
+def test_a_flush_inserts_its_tables_at_once_on_the_engine(ch_client: Any, ledger: str) -> None:
+    both = threading.Barrier(2, timeout=20)  # broken unless the two inserts overlap
+
+    def hook(table: str, insert: Callable[[], object]) -> object:
+        if table in ("runs_store", "usage_store"):
+            both.wait()
+        return insert()
+
+    writer = LedgerWriter(ch_client, ledger, insert_hook=hook)
+    writer.add(_full_batch(), SourceRange("prism.agent-events", 0, 0, 12))
+    assert writer.flush().total == 12
+    assert _stored(ch_client, ledger, "runs_store") == 1
+    assert _stored(ch_client, ledger, "usage_store") == 2
+
+
+def test_tables_failing_at_once_name_the_first_and_what_was_stored_is_not_inserted_again(
+    ch_client: Any, ledger: str
+) -> None:
+    hook = FailingInserts(tables={"usage_store", "turns_store"})
+    hook.failing = True
+    writer = LedgerWriter(ch_client, ledger, insert_hook=hook)
+    writer.add(_full_batch(), SourceRange("prism.agent-events", 0, 0, 12))
+    with pytest.raises(LedgerWriteError) as info:
+        writer.flush()
+    assert info.value.table == "usage_store"  # the first one failed in STORAGE_TABLES' order
+    rows = {
+        "run_events_store": 4,
+        "runs_store": 1,
+        "quarantine_store": 1,
+        "dead_letters_store": 1,
+        "alerts_store": 1,
+    }  # the tables that did not fail
+    stored = {t for t in rows if _stored(ch_client, ledger, t)}
+    assert {"run_events_store", "runs_store"} <= stored  # not queued behind a failed table
+    assert writer.pending_rows == 4 + sum(n for t, n in rows.items() if t not in stored)
+
+    hook.failing = False
+    hook.calls.clear()
+    result = writer.flush()
+    assert {"turns_store", "usage_store"} <= set(hook.calls)
+    assert not stored & set(hook.calls)  # what was stored is not inserted again
+    assert [r.last_offset for r in result.ranges] == [12]
+    for table, n in (("runs_store", 1), ("turns_store", 2), ("usage_store", 2),
+                     ("run_events_store", 4), ("alerts_store", 1)):  # fmt: skip
+        assert _stored(ch_client, ledger, table) == n, table

@@ -169,6 +169,21 @@ def test_kill_mid_insert_fires_between_the_first_and_second_table() -> None:
     assert (3, "usage_store") not in kills[0]
 
 
+def test_kill_mid_insert_fires_as_the_first_table_returns_while_another_is_in_flight() -> None:
+    """Parallel inserts: every table's insert begins before any is stored, so the kill
+    comes when the first one returns with another still in flight."""
+    _, inner, kills = _rig("kill_mid_insert:1")
+    plan = inner.hook.__self__  # type: ignore[attr-defined]
+    plan.flush_started()
+
+    def usage_in_flight() -> None:  # runs_store's insert begins and ends meanwhile
+        plan.insert_hook("runs_store", functools.partial(inner.stored.append, (1, "runs_store")))
+
+    with pytest.raises(Killed):
+        plan.insert_hook("usage_store", usage_in_flight)
+    assert kills == [[(1, "runs_store")]]
+
+
 def test_fail_inserts_by_count_fails_transiently_and_stores_nothing() -> None:
     writer, inner, _ = _rig("fail_inserts:3")
     errors = []
