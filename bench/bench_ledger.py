@@ -200,7 +200,7 @@ def _timed(cases: list[tuple[str, Any]]) -> list[dict[str, Any]]:
 
 def _build(path: str, prev: datetime, quick: bool) -> list[dict[str, Any]]:
     """Write the synthetic ledger at ``path``; rows: sizes and the writer's rate."""
-    from prism.sinks import LedgerWriter, SourceRange, connect, migrate
+    from prism.sinks import LedgerWriter, SourceRange, close_client, connect, migrate
 
     target_usage = 100_000 if quick else 1_000_000
     n_runs = target_usage // (TURNS_PER_RUN + 1)
@@ -228,7 +228,7 @@ def _build(path: str, prev: datetime, quick: bool) -> list[dict[str, Any]]:
     t_add = time.perf_counter()
     writer.flush()
     write_s += time.perf_counter() - t_add
-    client.close()
+    close_client(client)
     return [
         _row("usage_rows", counts["usage"], "rows"),
         _row("event_rows", counts["events"], "rows"),
@@ -240,7 +240,7 @@ def _build(path: str, prev: datetime, quick: bool) -> list[dict[str, Any]]:
 
 def _measure(path: str, prev: datetime, reports: list[str], quick: bool) -> list[dict[str, Any]]:
     """Time the queries on the ledger at ``path``; check every report against the rows'."""
-    from prism.sinks import billing_report, connect, run_timeline
+    from prism.sinks import billing_report, close_client, connect, run_timeline
 
     n_runs = (100_000 if quick else 1_000_000) // (TURNS_PER_RUN + 1)
     this = (prev + timedelta(days=32)).replace(day=1)
@@ -295,7 +295,7 @@ def _measure(path: str, prev: datetime, reports: list[str], quick: bool) -> list
     client.command(f"OPTIMIZE TABLE {DATABASE}.usage_store FINAL")
     assert billing_all() == reference, "the report on merged parts differs"
     rows += _timed([(f"{name}_merged", call) for name, call in cases[:2]])
-    client.close()
+    close_client(client)
     return rows
 
 

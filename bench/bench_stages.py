@@ -236,7 +236,7 @@ def _child(
                 _row("traced_last_batch", (end - after_batch) / 2**20, "MiB"),
                 _row("traced_state", (after_batch - after_state) / 2**20, "MiB"),
             ]
-        client.close()
+        sinks.close_client(client)  # and its inserts' handles: the folder goes next
     sec = timers.seconds
     sec["core"] = sec.pop("step") - sec["parse"]
     rows = [_row("stages_events", total, "events"), _row("stages_batch", batch_size, "events")]

@@ -221,7 +221,7 @@ def _child(
             for table, cls in STORAGE_TABLES.values():
                 columns = [f.name for f in dataclasses.fields(cls)]
                 rows.append({"table": table, **_sorted_digest(client, f"{db}.{table}", columns)})
-        client.close()
+        sinks.close_client(client)  # and its inserts' handles: the folder goes next
     return rows
 
 

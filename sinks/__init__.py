@@ -33,7 +33,14 @@ from prism.sinks._billing import (
     billing_totals,
     refresh_billing_rollup,
 )
-from prism.sinks._client import DsnTarget, SecretDsn, connect, parse_dsn, redact_dsn
+from prism.sinks._client import (
+    DsnTarget,
+    SecretDsn,
+    close_client,
+    connect,
+    parse_dsn,
+    redact_dsn,
+)
 from prism.sinks._errors import (
     LedgerConfigError,
     LedgerConnectError,
@@ -99,6 +106,7 @@ __all__ = [
     "billing_sql",
     "billing_totals",
     "check_read_only",
+    "close_client",
     "connect",
     "grants_sql",
     "invoice",

@@ -39,6 +39,7 @@ __all__ = [
     "DsnTarget",
     "SecretDsn",
     "chdb_path",
+    "close_client",
     "connect",
     "database_exists",
     "engine_siblings",
@@ -305,6 +306,23 @@ def engine_siblings(client: Client, count: int) -> list[Client]:
         while len(held) < count:
             held.append(chdb_handle(path))
         return held[:count]
+
+
+def close_client(client: Client) -> None:
+    """Close ``client`` and the handles ``engine_siblings`` opened beside it (a ledger
+    writer's parallel inserts, a timeline's lookups). A chDB engine runs until its last
+    handle is closed, merging parts into its folder meanwhile: close the client this way
+    before removing that folder in the same process.
+
+    Example::
+
+        close_client(client)
+        shutil.rmtree(path)
+    """
+    with _lock:
+        held = _siblings.pop(client, None)
+    _close_all(held or [])
+    client.close()
 
 
 def _close_all(clients: list[Client]) -> None:

@@ -78,9 +78,11 @@ def ch_client(chdb_path: Path):
     """A clickhouse-connect client on the embedded chDB engine."""
     import clickhouse_connect
 
+    from prism.sinks import close_client
+
     client = clickhouse_connect.get_client(dsn=f"chdb://{chdb_path}")
     yield client
-    client.close()
+    close_client(client)  # and the handles a writer or a timeline opened beside it
 
 
 @pytest.fixture

@@ -157,3 +157,32 @@ def test_an_engine_that_refuses_another_handle_still_gives_the_timeline(
         assert run_timeline(ch_client, ledger, "r2") == expected
     refused = [r for r in caplog.records if "one by one" in r.getMessage()]
     assert len(refused) == 1 and "no more handles" in refused[0].getMessage()
+
+
+# A writer's parallel inserts open handles beside its client; close_client closes them too,
+# so the engine stops and the process may open another (or remove the folder).
+_CLOSE = """
+import shutil, sys
+from prism.schemas import LedgerBatch
+from prism.sinks import LedgerWriter, SourceRange, close_client, connect, migrate
+from prism.sinks._client import chdb_handle, engine_siblings
+from prism.sinks.testing import event_row, run_row, turn_row, usage_row
+client = connect(f"chdb://{sys.argv[1]}/first", "prism")
+migrate(client, "prism")
+writer = LedgerWriter(client, "prism")
+writer.add(LedgerBatch(runs=[run_row("r1")], turns=[turn_row("r1", 1)],
+                       usage=[usage_row("u1", "r1")], events=[event_row("e0", "r1", 0)]),
+           SourceRange("t", 0, 0, 1))
+writer.flush()
+handles = engine_siblings(client, 3)
+assert len(handles) == 3
+close_client(client)
+assert not any(h.ping() for h in [client, *handles])
+shutil.rmtree(f"{sys.argv[1]}/first")
+other = chdb_handle(f"{sys.argv[1]}/second")
+print(other.query("SELECT 1").result_rows[0][0])
+"""
+
+
+def test_closing_a_client_closes_the_handles_its_writer_opened(tmp_path: Path) -> None:
+    assert _python(_CLOSE, str(tmp_path)) == "1"
