@@ -14,8 +14,9 @@ a relative one, like the default ``./.data/ledger``, is created under the workin
 a chDB path that holds no engine, or a database that does not exist, is ``no ledger at ...``.
 
 ``engine_siblings`` gives a chDB client more handles on its engine, so that independent
-reads (a run's timeline) run at once: chDB releases the GIL while a query runs, and one
-handle runs one query at a time.
+reads (a run's timeline) and a flush's inserts run at once: chDB releases the GIL while a
+query runs, and one handle runs one query at a time. ``close_client`` closes a client
+with them (the engine stops only when its last handle is closed).
 """
 
 from __future__ import annotations
