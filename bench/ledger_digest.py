@@ -110,9 +110,8 @@ def _digest_lines(reports: list[list[Any]]) -> tuple[int, str]:
 
 def _billing_digests(client: Any, db: str, suffix: str = "") -> list[dict[str, Any]]:
     """Digests of every month's reports from the rollup and from the rows (``FINAL``)."""
-    from datetime import UTC, datetime
-
     from prism.sinks import billing_report, refresh_billing_rollup
+    from prism.sinks._rollup import _month_end, _month_start
 
     months = sorted(
         str(pid)
@@ -140,9 +139,7 @@ def _billing_digests(client: Any, db: str, suffix: str = "") -> list[dict[str, A
     out: dict[str, list[list[Any]]] = {"rollup": [], "rows": []}
     used = 0
     for pid in months:
-        year, month = int(pid[:4]), int(pid[4:6])
-        lo = datetime(year, month, 1, tzinfo=UTC)
-        hi = datetime(year + month // 12, month % 12 + 1, 1, tzinfo=UTC)
+        lo, hi = _month_start(pid), _month_end(pid)
         used += _rollup_plan(client, db, pid)
         for name, rollup in (("rollup", True), ("rows", False)):
             for dims in BILLING_GROUPINGS:
@@ -163,13 +160,9 @@ def _billing_digests(client: Any, db: str, suffix: str = "") -> list[dict[str, A
 
 def _rollup_plan(client: Any, db: str, pid: str) -> bool:
     """Whether a report of month ``pid`` would read current rollup lines."""
-    from datetime import UTC, datetime
+    from prism.sinks._rollup import _month_end, _month_start, plan_rollup
 
-    from prism.sinks._rollup import plan_rollup
-
-    year, month = int(pid[:4]), int(pid[4:6])
-    lo = datetime(year, month, 1, tzinfo=UTC)
-    hi = datetime(year + month // 12, month % 12 + 1, 1, tzinfo=UTC)
+    lo, hi = _month_start(pid), _month_end(pid)
     plan = plan_rollup(client, db, lo, hi, price_book=False, refresh_sql="", refresh_before=None)
     return bool(plan and plan.refresh_ids)
 

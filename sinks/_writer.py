@@ -292,16 +292,15 @@ class LedgerWriter:
             shares = [cut.chunks[k::n] for k in range(n)]
             groups = list(self._executor().map(self._try_group, range(n), shares))
             results = [groups[i % n][i // n] for i in range(len(cut.chunks))]
-        kept = []
+        kept, failed = [], []
         for chunk, result in zip(cut.chunks, results, strict=True):
             if result is _STORED:
                 rows[chunk.table] = rows.get(chunk.table, 0) + chunk.rows
-            else:
-                kept.append(chunk)
+                continue
+            kept.append(chunk)
+            if isinstance(result, Exception):
+                failed.append((chunk, result))
         tried = sum(result is not _UNTRIED for result in results)
-        failed = [
-            (c, r) for c, r in zip(cut.chunks, results, strict=True) if isinstance(r, Exception)
-        ]
         cut.chunks[:] = kept
         if failed:
             chunk, exc = failed[0]
@@ -315,12 +314,11 @@ class LedgerWriter:
         ``_STORED``, its error, or ``_UNTRIED`` after a failure."""
         results: list[object] = []
         for chunk in chunks:
-            if results and results[-1] is not _STORED:
-                results.append(_UNTRIED)
-                continue
             error = self._try_insert(handle, chunk)
             results.append(_STORED if error is None else error)
-        return results
+            if error is not None:
+                break
+        return results + [_UNTRIED] * (len(chunks) - len(results))
 
     def _try_insert(self, handle: int, chunk: _Chunk) -> Exception | None:
         """Insert ``chunk`` through handle ``handle``; its error, or None once stored."""
