@@ -1,9 +1,9 @@
 """``python -m bench``: run the benchmarks, print one table with the targets, write the JSON.
 
-Order: the pipeline parts (``baseline``, ``worker``, ``ingest``, ``freshness``; one broker,
-one fleet), then ``stages`` (the worker's store step per stage, in-process),
-``publisher`` (its own broker), ``parse``, ``ledger`` and ``scaleout`` (its own broker;
-1, 2 and 3 worker processes in one group). A benchmark that fails is
+Order: the pipeline parts (``baseline``, ``worker``, ``machinery``, ``ingest``,
+``freshness``; one broker, one fleet), then ``stages`` (the worker's store step per
+stage, in-process), ``publisher`` (its own broker), ``parse``, ``ledger`` and
+``scaleout`` (its own broker; 1, 2 and 3 worker processes in one group). A benchmark that fails is
 reported and the rest still run; the exit code is then 1. Targets are reported, never
 asserted: the table (``bench._summary``) shows each beside its figure with "met", "not met"
 or "not measured"; ``--rows`` prints every row measured as well.
@@ -48,7 +48,7 @@ __all__ = [
     "results_document",
 ]
 
-PIPELINE_PARTS = ("baseline", "worker", "ingest", "freshness")
+PIPELINE_PARTS = ("baseline", "worker", "machinery", "ingest", "freshness")
 MODULE_BENCHES = ("stages", "publisher", "parse", "ledger", "scaleout")
 NAMES = (*PIPELINE_PARTS, *MODULE_BENCHES)
 ALIASES = {"pipeline": PIPELINE_PARTS, "all": NAMES}
@@ -83,13 +83,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         action="extend",
         metavar="NAME",
         choices=[*NAMES, *ALIASES],
-        help=f"run only these: {', '.join(NAMES)} (or 'pipeline' for the first four)",
+        help=f"run only these: {', '.join(NAMES)} (or 'pipeline' for the first five)",
     )
     p.add_argument(
         "--events",
         type=positive_int,
         metavar="N",
-        help="fleet size for baseline/worker/ingest (default 200000; quick 30000)",
+        help="fleet size for baseline/worker/machinery/ingest (default 200000; quick 30000)",
     )
     p.add_argument(
         "--rate",

@@ -137,6 +137,8 @@ SUMMARY = (
     Line("pipeline", "worker_events_per_s", "worker events/s (backlog)"),
     Line("pipeline", "baseline_events_per_s", "bare loop events/s (backlog)"),
     Line("pipeline", "worker_vs_baseline", "worker / bare loop"),
+    Line("pipeline", "machinery_events_per_s", "worker without its core events/s (backlog)"),
+    Line("pipeline", "machinery_vs_baseline", "worker without its core / bare loop"),
     Line("pipeline", _RATE + "_offered_rate", "offered at {0}/s: reached"),
     Line("pipeline", _RATE + "_p99", "freshness p99 at {0}/s offered"),
     Line("pipeline", "worker_peak_rss", "worker peak RSS (backlog)"),

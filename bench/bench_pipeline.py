@@ -13,6 +13,11 @@ one simulated fleet without chaos (~200k events; quick: ~30k), published once to
   ``events * (batches - 1) / batches / (last_batch_at - first_batch_at)``. Without a
   stats file, from committed offsets sampled every 0.5 s. Peak RSS is the worker's
   ``VmHWM`` and end RSS its ``VmRSS``, both just before it is stopped.
+- ``machinery``: the same worker with its core taken out (``bench._machinery``: per
+  record the bare loop's parse and one raw row, stored and committed as the worker does;
+  fresh group, ledger and state folder), timed like ``worker``: what the worker's fetch,
+  store and transactions cost without run semantics, as ``machinery_events_per_s`` and
+  ``machinery_vs_baseline``.
 - ``ingest``: the same fleet as a JSONL file through ``prism-pipeline ingest-file`` in a
   child process (``bench.bench_ingest``): events over the command's wall time, and its
   peak RSS, beside the worker's. It needs no broker.
@@ -49,8 +54,8 @@ from typing import Any
 __all__ = ["DEFAULT_RATES", "PARTS", "measure", "peak_rss_kib", "read_stats", "run", "stats_rate"]
 
 BENCH = "pipeline"
-PARTS = ("baseline", "worker", "ingest", "freshness")
-KAFKA_PARTS = ("baseline", "worker", "freshness")  # the parts that need the broker
+PARTS = ("baseline", "worker", "machinery", "ingest", "freshness")
+KAFKA_PARTS = ("baseline", "worker", "machinery", "freshness")  # the parts that need the broker
 DEFAULT_RATES = (5000.0, 10000.0)  # events/s offered in turn in the freshness part
 EVENTS_FULL, EVENTS_QUICK = 200_000, 30_000
 FRESHNESS_SECONDS_FULL, FRESHNESS_SECONDS_QUICK = 30.0, 10.0
@@ -100,13 +105,15 @@ def peak_rss_kib(pid: int, field: str = "VmHWM") -> int | None:
     return None
 
 
-def _settings(bootstrap: str, name: str, root: Path) -> Any:
+def _settings(bootstrap: str, name: str, root: Path, topics: str | None = None) -> Any:
+    """A worker's settings: its own group, ledger and state folder under ``root / name``,
+    on the topics of ``bench-<topics or name>``."""
     from prism.pipeline.settings import load_settings
 
     (root / name).mkdir(parents=True, exist_ok=True)  # a chDB path's parent must exist
     return load_settings(
         kafka_bootstrap_servers=bootstrap,
-        topic_prefix=f"bench-{name}",
+        topic_prefix=f"bench-{topics or name}",
         consumer_group=f"bench-{name}-{int(time.time())}",
         clickhouse_dsn=f"chdb://{root / name / 'ledger'}",
         state_dir=root / name / "state",
@@ -116,11 +123,13 @@ def _settings(bootstrap: str, name: str, root: Path) -> Any:
 class _Worker:
     """A worker subprocess plus what the benchmark reads from it (stats file, offsets, RSS)."""
 
-    def __init__(self, settings: Any, log_path: Path) -> None:
+    def __init__(self, settings: Any, log_path: Path, *, machinery: bool = False) -> None:
         from prism.devstack.workerproc import WorkerProcess
         from prism.pipeline.topics import worker_env
 
         self.settings = settings
+        if machinery:  # the same worker, its core taken out
+            from bench._machinery import MachineryProcess as WorkerProcess
         self.proc = WorkerProcess(worker_env(settings), log_path=log_path)
 
     def __enter__(self) -> _Worker:
@@ -251,9 +260,14 @@ def _baseline(settings: Any, events: int, root: Path, log: Log) -> list[dict[str
     return rows
 
 
-def _worker(settings: Any, events: int, logs: Path, log: Log) -> list[dict[str, Any]]:
+def _worker(
+    settings: Any, events: int, logs: Path, log: Log, *, machinery: bool = False
+) -> list[dict[str, Any]]:
+    """The worker's rows over the backlog (``machinery``: ``bench._machinery``'s, named
+    ``machinery_*``: its rate and RSS only)."""
     started = time.time()
-    with _Worker(settings, logs / "worker-throughput.log") as w:
+    name = "machinery" if machinery else "worker"
+    with _Worker(settings, logs / f"{name}-throughput.log", machinery=machinery) as w:
         fallback = w.wait_consumed(events)
         stats, rss = w.stop()
         end = w.end_rss_kib
@@ -264,9 +278,14 @@ def _worker(settings: Any, events: int, logs: Path, log: Log) -> list[dict[str, 
         raise RuntimeError(f"no worker rate: stats file {stats!r}, offsets sample {fallback!r}")
     source = "stats file" if stats else "committed offsets"
     log(
-        f"worker: {events:,} events at {rate:,.0f}/s (from the {source}), peak RSS "
+        f"{name}: {events:,} events at {rate:,.0f}/s (from the {source}), peak RSS "
         f"{(rss or 0) / 1024:.0f} MiB, end {(end or 0) / 1024:.0f} MiB"
     )
+    if machinery:
+        rows = [_row("machinery_events_per_s", rate, "events/s")]
+        if rss is not None:
+            rows.append(_row("machinery_peak_rss", rss / 1024, "MiB"))
+        return rows
     from prism.pipeline import core  # the worker inherits PRISM_CORE: the same build
 
     rows = [_row("worker_events_per_s", rate, "events/s")]
@@ -284,6 +303,15 @@ def _worker(settings: Any, events: int, logs: Path, log: Log) -> list[dict[str, 
                     rows.append(_row(f"worker_{key.removesuffix('_ms')}_{q}", stats[key][q], unit))
         rows += stage_rows(stats)
     return rows
+
+
+def _machinery(
+    bootstrap: str, events: int, root: Path, logs: Path, log: Log
+) -> list[dict[str, Any]]:
+    """``_worker``'s measure of ``bench._machinery`` over the worker's backlog (the same
+    topic; its own group, ledger and state folder)."""
+    settings = _settings(bootstrap, "machinery", root, topics="throughput")
+    return _worker(settings, events, logs, log, machinery=True)
 
 
 def stage_rows(stats: dict[str, Any]) -> list[dict[str, Any]]:
@@ -383,13 +411,18 @@ def measure(
                 broker.up()
                 log(f"broker up at {broker.bootstrap} in {time.perf_counter() - t0:.1f}s")
             throughput = _settings(broker.bootstrap, "throughput", root)
-            publish = "baseline" in parts or "worker" in parts
+            publish = any(p in parts for p in ("baseline", "worker", "machinery"))
             values = _publish_fleet(target, throughput, log, publish=publish)
             rows.append(_row("fleet_events", len(values), "events"))
             # (part, its name in an error message, the step)
             steps: list[tuple[str, str, Callable[[], list[dict[str, Any]]]]] = [
                 ("baseline", "baseline", lambda: _baseline(throughput, len(values), root, log)),
                 ("worker", "worker", lambda: _worker(throughput, len(values), logs, log)),
+                (
+                    "machinery",
+                    "worker without its core",
+                    lambda: _machinery(broker.bootstrap, len(values), root, logs, log),
+                ),
                 ("ingest", "ingest-file", lambda: measure_ingest(values, root, logs, log)),
             ]
             steps += [
@@ -410,10 +443,11 @@ def measure(
             if kafka:
                 broker.down()
     figures = {r["metric"]: r["value"] for r in rows}
-    if "baseline_events_per_s" in figures and "worker_events_per_s" in figures:
-        ratio = 100 * figures["worker_events_per_s"] / figures["baseline_events_per_s"]
-        at = 1 + next(i for i, r in enumerate(rows) if r["metric"] == "worker_events_per_s")
-        rows.insert(at, _row("worker_vs_baseline", ratio, "%"))
+    for who in ("worker", "machinery"):
+        if "baseline_events_per_s" in figures and f"{who}_events_per_s" in figures:
+            ratio = 100 * figures[f"{who}_events_per_s"] / figures["baseline_events_per_s"]
+            at = 1 + next(i for i, r in enumerate(rows) if r["metric"] == f"{who}_events_per_s")
+            rows.insert(at, _row(f"{who}_vs_baseline", ratio, "%"))
     return rows, errors
 
 

@@ -13,6 +13,7 @@ from typing import Any
 from .. import core
 from ..settings import Settings
 from ._app import PipelineWorker
+from ._step import StepThread
 
 __all__ = ["WorkerHooks", "build_worker", "run_worker", "switch_interval"]
 
@@ -27,13 +28,16 @@ class WorkerHooks:
     returns the ledger sink the worker uses instead of ``writer``; ``clock`` is the
     worker's processing clock (seconds since the epoch); ``drop_fetched(topic, partition,
     records)`` true makes the worker drop a fetched chunk of a slot topic before stepping
-    it (the worker must notice and read the offsets back).
+    it (the worker must notice and read the offsets back); ``wrap_step(step_thread)``
+    returns the batch step the worker uses instead of its own (the benchmark's
+    ``bench._machinery`` puts a step without run semantics there).
     """
 
     insert_hook: Callable[[str, Callable[[], object]], object] | None = None
     wrap_writer: Callable[[Any], Any] | None = None
     clock: Callable[[], float] = time.time
     drop_fetched: Callable[[str, int, list[Any]], bool] | None = None
+    wrap_step: Callable[[StepThread], StepThread] | None = None
 
 
 def build_worker(settings: Settings, hooks: WorkerHooks | None = None) -> PipelineWorker:
@@ -54,11 +58,14 @@ def build_worker(settings: Settings, hooks: WorkerHooks | None = None) -> Pipeli
         from prism.pipeline.alerting import WebhookNotifier
 
         alert_sinks.append(WebhookNotifier(settings.alert_webhook_url))
-    return PipelineWorker(
+    worker = PipelineWorker(
         settings, writer, alert_sinks=alert_sinks, clock=hooks.clock,
         drop_fetched=hooks.drop_fetched,
         prices=lambda: sinks.price_book(client, settings.clickhouse_database),
     )  # fmt: skip
+    if hooks.wrap_step is not None:
+        worker.step_thread = hooks.wrap_step(worker.step_thread)
+    return worker
 
 
 @contextmanager

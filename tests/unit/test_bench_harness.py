@@ -18,8 +18,8 @@ def _row(bench: str, metric: str, value: float, unit: str) -> dict[str, object]:
 def test_defaults_run_every_benchmark_in_order() -> None:
     args = harness.parse_args([])
     assert args.only == [
-        "baseline", "worker", "ingest", "freshness", "stages", "publisher", "parse", "ledger",
-        "scaleout",
+        "baseline", "worker", "machinery", "ingest", "freshness", "stages", "publisher", "parse",
+        "ledger", "scaleout",
     ]  # fmt: skip
     assert (args.quick, args.events, args.rate, args.json) == (False, None, [5000.0, 10000.0], None)
     assert args.rows is False
@@ -34,7 +34,9 @@ def test_the_obsolete_state_store_option_is_refused(capsys: pytest.CaptureFixtur
 def test_only_expands_pipeline_and_keeps_the_run_order() -> None:
     args = harness.parse_args(["--quick", "--only", "ledger", "pipeline", "--only", "parse"])
     assert args.quick
-    assert args.only == ["baseline", "worker", "ingest", "freshness", "parse", "ledger"]
+    assert args.only == [
+        "baseline", "worker", "machinery", "ingest", "freshness", "parse", "ledger",
+    ]  # fmt: skip
 
 
 def test_options_are_parsed() -> None:
@@ -185,6 +187,24 @@ def test_the_summary_puts_each_target_beside_its_figure_in_a_fixed_order() -> No
     timeline = next(line for line in body if "ledger/run_timeline_p95" in line)
     assert "35.00" in timeline and "<= 40 ms" in timeline and "met" in timeline
     assert "15,000" in next(line for line in body if "scaleout_2w" in line)
+
+
+def test_the_worker_without_its_core_sits_beside_the_worker_and_the_bare_loop() -> None:
+    from bench._summary import summary_rows
+
+    rows = [
+        _row("pipeline", "machinery_vs_baseline", 31.4, "%"),
+        _row("pipeline", "machinery_events_per_s", 16_160.0, "events/s"),
+        _row("pipeline", "worker_vs_baseline", 21.5, "%"),
+        _row("pipeline", "freshness_5000_p99", 700.0, "ms"),
+    ]
+    lines = [s for s in summary_rows(rows) if s["row"].startswith("pipeline/")]
+    order = [s["row"].removeprefix("pipeline/") for s in lines]
+    assert order.index("worker_vs_baseline") + 1 == order.index("machinery_events_per_s")
+    assert order.index("machinery_vs_baseline") < order.index("freshness_5000_p99")
+    machinery = {s["row"]: s for s in lines}["pipeline/machinery_vs_baseline"]
+    assert machinery["label"] == "worker without its core / bare loop"
+    assert (machinery["target"], machinery["status"]) == ("", "")  # a figure, not a target
 
 
 def test_main_prints_the_table_and_writes_the_json(
