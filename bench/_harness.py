@@ -3,8 +3,8 @@
 Order: the pipeline parts (``baseline``, ``worker``, ``machinery``, ``ingest``,
 ``freshness``; one broker, one fleet), then ``stages`` (the worker's store step per
 stage, in-process), ``publisher`` (its own broker), ``parse``, ``ledger`` and
-``scaleout`` (its own broker; 1, 2 and 3 worker processes in one group). A benchmark that fails is
-reported and the rest still run; the exit code is then 1. Targets are reported, never
+``scaleout`` (its own broker; 1, 2 and 3 worker processes in one group). A benchmark
+that fails is reported and the rest still run; the exit code is then 1. Targets are reported, never
 asserted: the table (``bench._summary``) shows each beside its figure with "met", "not met"
 or "not measured"; ``--rows`` prints every row measured as well.
 """

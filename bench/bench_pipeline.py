@@ -128,9 +128,10 @@ class _Worker:
         from prism.pipeline.topics import worker_env
 
         self.settings = settings
+        process = WorkerProcess
         if machinery:  # the same worker, its core taken out
-            from bench._machinery import MachineryProcess as WorkerProcess
-        self.proc = WorkerProcess(worker_env(settings), log_path=log_path)
+            from bench._machinery import MachineryProcess as process
+        self.proc = process(worker_env(settings), log_path=log_path)
 
     def __enter__(self) -> _Worker:
         self.proc.start()
@@ -264,7 +265,7 @@ def _worker(
     settings: Any, events: int, logs: Path, log: Log, *, machinery: bool = False
 ) -> list[dict[str, Any]]:
     """The worker's rows over the backlog (``machinery``: ``bench._machinery``'s, named
-    ``machinery_*``: its rate and RSS only)."""
+    ``machinery_*``: its rate, peak RSS and ``machinery_stage_<name>`` rows)."""
     started = time.time()
     name = "machinery" if machinery else "worker"
     with _Worker(settings, logs / f"{name}-throughput.log", machinery=machinery) as w:
@@ -281,11 +282,14 @@ def _worker(
         f"{name}: {events:,} events at {rate:,.0f}/s (from the {source}), peak RSS "
         f"{(rss or 0) / 1024:.0f} MiB, end {(end or 0) / 1024:.0f} MiB"
     )
-    if machinery:
+    if machinery:  # its rate, peak and stages (JSON rows): what the core adds is the rest
         rows = [_row("machinery_events_per_s", rate, "events/s")]
         if rss is not None:
             rows.append(_row("machinery_peak_rss", rss / 1024, "MiB"))
-        return rows
+        stages = stage_rows(stats) if stats else []
+        return rows + [
+            {**r, "metric": "machinery_" + r["metric"].removeprefix("worker_")} for r in stages
+        ]
     from prism.pipeline import core  # the worker inherits PRISM_CORE: the same build
 
     rows = [_row("worker_events_per_s", rate, "events/s")]
