@@ -27,7 +27,7 @@ import orjson
 
 from prism.devstack.workerproc import WorkerProcess
 from prism.pipeline.core import InRecord, Output
-from prism.pipeline.worker._step import StepThread
+from prism.pipeline.worker._step import StepThread, _timed
 from prism.schemas import RawEventRow
 
 __all__ = ["MachineryProcess", "NullStep", "main", "raw_row_of"]
@@ -62,10 +62,9 @@ class NullStep(StepThread):
     def step(
         self, batches: dict[int, list[InRecord]], parts: dict[int, Output], forwarded: bool
     ) -> Output:
-        started, cpu = time.perf_counter(), time.thread_time()
         received = datetime.fromtimestamp(self.clock(), UTC)
         total = Output()
-        try:
+        with _timed(self.telemetry, "step_thread"):  # and step_thread_cpu, as the worker's
             for lane, records in batches.items():
                 out = Output()
                 out.ledger.events.extend(raw_row_of(r, received) for r in records)
@@ -79,9 +78,6 @@ class NullStep(StepThread):
                 self.telemetry.stage("store", time.perf_counter() - stored)
                 parts.setdefault(lane, Output()).extend(out)
                 total.extend(out)
-        finally:
-            self.telemetry.stage("step_thread", time.perf_counter() - started)
-            self.telemetry.stage("step_thread_cpu", time.thread_time() - cpu)
         return total
 
 

@@ -43,6 +43,7 @@ import json
 import sys
 import tempfile
 import time
+from datetime import datetime
 from typing import Any
 
 from bench._child import run_child
@@ -124,9 +125,10 @@ def _billing_digests(client: Any, db: str, suffix: str = "") -> list[dict[str, A
     # A month whose parts a background merge changed while its lines were read is skipped
     # (the next report refreshes it): refresh until every month has current lines, as
     # reports after the merges would find them.
+    bounds = {pid: (_month_start(pid), _month_end(pid)) for pid in months}
     for _ in range(50):
         refresh_billing_rollup(client, db)
-        if all(_rollup_plan(client, db, pid) for pid in months):
+        if all(_rollup_plan(client, db, *bounds[pid]) for pid in months):
             break
         time.sleep(0.1)
     tenants = [
@@ -139,8 +141,8 @@ def _billing_digests(client: Any, db: str, suffix: str = "") -> list[dict[str, A
     out: dict[str, list[list[Any]]] = {"rollup": [], "rows": []}
     used = 0
     for pid in months:
-        lo, hi = _month_start(pid), _month_end(pid)
-        used += _rollup_plan(client, db, pid)
+        lo, hi = bounds[pid]
+        used += _rollup_plan(client, db, lo, hi)
         for name, rollup in (("rollup", True), ("rows", False)):
             for dims in BILLING_GROUPINGS:
                 out[name].append(billing_report(client, db, lo, hi, group_by=dims, rollup=rollup))
@@ -158,11 +160,10 @@ def _billing_digests(client: Any, db: str, suffix: str = "") -> list[dict[str, A
     ]
 
 
-def _rollup_plan(client: Any, db: str, pid: str) -> bool:
-    """Whether a report of month ``pid`` would read current rollup lines."""
-    from prism.sinks._rollup import _month_end, _month_start, plan_rollup
+def _rollup_plan(client: Any, db: str, lo: datetime, hi: datetime) -> bool:
+    """Whether a report of the month from ``lo`` to ``hi`` would read current rollup lines."""
+    from prism.sinks._rollup import plan_rollup
 
-    lo, hi = _month_start(pid), _month_end(pid)
     plan = plan_rollup(client, db, lo, hi, price_book=False, refresh_sql="", refresh_before=None)
     return bool(plan and plan.refresh_ids)
 
